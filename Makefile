@@ -1,0 +1,33 @@
+# Entry points. `make demo` is the main job, `make test` runs every test CI runs.
+SHELL := /bin/bash
+VENV := .venv/bin
+export ANSIBLE_COLLECTIONS_PATH := $(CURDIR)/build/collections
+export PATH := $(CURDIR)/.venv/bin:$(PATH)
+
+.PHONY: setup demo test lint unit api integration sanity bench clean-hosts
+
+setup:
+	bash scripts/setup.sh
+
+demo: setup
+	bash scripts/demo.sh
+
+lint: setup
+	$(VENV)/ruff check .
+	$(VENV)/ansible-lint --profile production
+	bash scripts/sanity.sh
+
+sanity: setup
+	bash scripts/sanity.sh
+
+test: setup lint
+	$(VENV)/pytest -p no:cacheprovider -ra tests
+
+unit: setup
+	$(VENV)/pytest -p no:cacheprovider tests/unit
+
+integration: setup
+	$(VENV)/pytest -p no:cacheprovider -ra tests/integration
+
+clean-hosts:
+	$(VENV)/python scripts/testhosts.py down --all
