@@ -1,0 +1,3 @@
+"""gpuaas.apps control service: IAM, catalog, policy, allocations and clustered app instances."""
+
+__version__ = "0.1.0"

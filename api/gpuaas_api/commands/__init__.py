@@ -1,0 +1,1 @@
+"""One module per `gpuaas` subcommand; each exposes register(subparsers)."""

@@ -1,0 +1,128 @@
+"""Database access: connection pool, embedded PostgreSQL, forward-only migrations.
+
+Everything is synchronous psycopg 3 with plain SQL. A `with db.transaction() as conn:` block is one
+transaction (commit on success, rollback on error), so service functions take a connection and can
+be composed inside one transaction by HTTP handlers and by worker processes alike.
+"""
+
+from __future__ import annotations
+
+import logging
+import re
+from collections.abc import Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass
+from importlib import resources
+from pathlib import Path
+
+import psycopg
+from psycopg.rows import dict_row
+from psycopg_pool import ConnectionPool
+
+from .config import Settings
+
+log = logging.getLogger(__name__)
+
+MIGRATION_NAME = re.compile(r"^(\d{4})_([a-z0-9_]+)\.sql$")
+# Any constant works; it only has to be the same for every process that migrates this database.
+MIGRATION_LOCK_KEY = 0x67707561
+
+
+@dataclass(frozen=True)
+class Migration:
+    version: int
+    name: str
+    sql: str
+
+
+def available_migrations() -> list[Migration]:
+    found = []
+    for entry in resources.files("gpuaas_api.migrations").iterdir():
+        match = MIGRATION_NAME.match(entry.name)
+        if match:
+            found.append(Migration(int(match.group(1)), match.group(2), entry.read_text("utf-8")))
+    found.sort(key=lambda m: m.version)
+    versions = [m.version for m in found]
+    if len(set(versions)) != len(versions):
+        raise RuntimeError(f"duplicate migration versions: {versions}")
+    return found
+
+
+def upgrade(conninfo: str) -> list[int]:
+    """Apply pending migrations in order; returns the versions applied. Safe to run concurrently."""
+    applied_now: list[int] = []
+    with psycopg.connect(conninfo, autocommit=True) as conn:
+        conn.execute(
+            "CREATE TABLE IF NOT EXISTS schema_migrations ("
+            " version integer PRIMARY KEY, name text NOT NULL,"
+            " applied_at timestamptz NOT NULL DEFAULT now())"
+        )
+        for migration in available_migrations():
+            with conn.transaction():
+                # Serialize migrators (serve, db upgrade, workers) on one advisory lock.
+                conn.execute("SELECT pg_advisory_xact_lock(%s)", (MIGRATION_LOCK_KEY,))
+                done = conn.execute(
+                    "SELECT 1 FROM schema_migrations WHERE version = %s", (migration.version,)
+                ).fetchone()
+                if done:
+                    continue
+                log.info("applying migration %04d_%s", migration.version, migration.name)
+                conn.execute(migration.sql)
+                conn.execute(
+                    "INSERT INTO schema_migrations (version, name) VALUES (%s, %s)",
+                    (migration.version, migration.name),
+                )
+                applied_now.append(migration.version)
+    return applied_now
+
+
+def pending_migrations(conn: psycopg.Connection) -> list[int]:
+    exists = conn.execute("SELECT to_regclass('schema_migrations') IS NOT NULL AS ok").fetchone()
+    if not _first(exists):
+        return [m.version for m in available_migrations()]
+    done = {_first(r) for r in conn.execute("SELECT version FROM schema_migrations").fetchall()}
+    return [m.version for m in available_migrations() if m.version not in done]
+
+
+def _first(row):
+    if row is None:
+        return None
+    return next(iter(row.values())) if isinstance(row, dict) else row[0]
+
+
+def embedded_server_uri(data_dir: Path) -> str:
+    """Start (or attach to) the embedded PostgreSQL in data_dir and return its URI."""
+    import pgserver  # imported lazily: only needed without DATABASE_URL
+
+    data_dir.mkdir(parents=True, exist_ok=True)
+    server = pgserver.get_server(data_dir, cleanup_mode="stop")
+    return server.get_uri()
+
+
+def resolve_database_url(settings: Settings) -> str:
+    return settings.database_url or embedded_server_uri(settings.data_dir)
+
+
+class Database:
+    def __init__(self, conninfo: str, *, min_size: int = 2, max_size: int = 10):
+        self.conninfo = conninfo
+        self.pool = ConnectionPool(
+            conninfo,
+            min_size=min_size,
+            max_size=max_size,
+            kwargs={"row_factory": dict_row},
+            open=False,
+            name="gpuaas",
+        )
+
+    def open(self) -> None:
+        self.pool.open(wait=True, timeout=30)
+
+    def close(self) -> None:
+        self.pool.close()
+
+    @contextmanager
+    def transaction(self) -> Iterator[psycopg.Connection]:
+        """One transaction: committed when the block ends normally, rolled back on exception."""
+        with self.pool.connection() as conn:
+            yield conn

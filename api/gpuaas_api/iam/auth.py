@@ -1,0 +1,137 @@
+"""Who is calling and what may they do: bearer tokens, principals and permission checks."""
+
+from __future__ import annotations
+
+import hashlib
+import secrets
+from dataclasses import dataclass, field
+from datetime import UTC, datetime, timedelta
+from uuid import UUID
+
+import psycopg
+from fastapi import Depends, Request
+from fastapi.security import HTTPAuthorizationCredentials, HTTPBearer
+
+from ..errors import ApiError, forbidden, unauthenticated
+from .permissions import ROLES
+
+TOKEN_PREFIX = "gpa_"
+_bearer = HTTPBearer(auto_error=False, description="API token issued by this service (shown once)")
+
+
+def new_token() -> tuple[str, str]:
+    """A fresh random token and its sha256; only the hash is stored (tokens are high entropy)."""
+    token = TOKEN_PREFIX + secrets.token_urlsafe(32)
+    return token, hash_token(token)
+
+
+def hash_token(token: str) -> str:
+    return hashlib.sha256(token.encode()).hexdigest()
+
+
+@dataclass(frozen=True)
+class Binding:
+    id: UUID
+    role: str
+    scope_kind: str
+    tenant_id: UUID | None
+    project_id: UUID | None
+
+    def covers(self, tenant_id: UUID | None, project_id: UUID | None) -> bool:
+        if self.scope_kind == "platform":
+            return True
+        if self.scope_kind == "tenant":
+            return tenant_id is not None and self.tenant_id == tenant_id
+        return project_id is not None and self.project_id == project_id
+
+
+@dataclass(frozen=True)
+class Principal:
+    kind: str  # user | service_account | system
+    id: UUID | None
+    name: str
+    tenant_id: UUID | None = None
+    project_id: UUID | None = None  # set for service accounts: the only project they act in
+    token_id: UUID | None = None
+    bindings: tuple[Binding, ...] = field(default_factory=tuple)
+
+    def permits(self, key: str, *, tenant_id: UUID | None = None, project_id: UUID | None = None) -> bool:
+        """Deny by default: allowed only if some binding's role grants `key` at a covering scope."""
+        if self.kind == "service_account" and (project_id is None or project_id != self.project_id):
+            return False
+        return any(key in ROLES[b.role].permissions and b.covers(tenant_id, project_id)
+                   for b in self.bindings if b.role in ROLES)
+
+    def permits_anywhere(self, key: str) -> bool:
+        return any(key in ROLES[b.role].permissions for b in self.bindings if b.role in ROLES)
+
+    def require(self, key: str, *, tenant_id: UUID | None = None, project_id: UUID | None = None) -> None:
+        if not self.permits(key, tenant_id=tenant_id, project_id=project_id):
+            scope = {"tenant_id": str(tenant_id) if tenant_id else None,
+                     "project_id": str(project_id) if project_id else None}
+            raise forbidden(f"permission {key} is not granted at this scope", permission=key, scope=scope)
+
+    def require_anywhere(self, key: str) -> None:
+        if not self.permits_anywhere(key):
+            raise forbidden(f"permission {key} is not granted", permission=key)
+
+
+# The actor for lifecycle changes made by background workers rather than by an API caller.
+SYSTEM = Principal(kind="system", id=None, name="system")
+
+_LOOKUP = """
+SELECT t.id AS token_id, t.principal_kind, t.principal_id, t.expires_at, t.revoked_at, t.last_used_at,
+       coalesce(u.tenant_id, s.tenant_id) AS tenant_id, s.project_id,
+       coalesce(u.email, s.name) AS name, coalesce(u.disabled, s.disabled) AS disabled,
+       (SELECT coalesce(json_agg(json_build_object(
+                 'id', b.id, 'role', b.role, 'scope_kind', b.scope_kind,
+                 'tenant_id', b.tenant_id, 'project_id', b.project_id)), '[]'::json)
+          FROM role_bindings b
+         WHERE b.principal_kind = t.principal_kind AND b.principal_id = t.principal_id) AS bindings
+  FROM api_tokens t
+  LEFT JOIN users u ON t.principal_kind = 'user' AND u.id = t.principal_id
+  LEFT JOIN service_accounts s ON t.principal_kind = 'service_account' AND s.id = t.principal_id
+ WHERE t.token_hash = %s
+"""
+
+
+def _uuid(value):
+    return UUID(value) if value else None
+
+
+def principal_for_token(conn: psycopg.Connection, token: str) -> Principal | None:
+    row = conn.execute(_LOOKUP, (hash_token(token),)).fetchone()
+    now = datetime.now(UTC)
+    if row is None or row["revoked_at"] is not None or row["expires_at"] <= now or row["disabled"]:
+        return None
+    if row["disabled"] is None:  # principal row is gone
+        return None
+    if row["last_used_at"] is None or row["last_used_at"] < now - timedelta(minutes=5):
+        conn.execute("UPDATE api_tokens SET last_used_at = now() WHERE id = %s", (row["token_id"],))
+    bindings = tuple(
+        Binding(UUID(b["id"]), b["role"], b["scope_kind"], _uuid(b["tenant_id"]), _uuid(b["project_id"]))
+        for b in row["bindings"]
+    )
+    return Principal(kind=row["principal_kind"], id=row["principal_id"], name=row["name"],
+                     tenant_id=row["tenant_id"], project_id=row["project_id"],
+                     token_id=row["token_id"], bindings=bindings)
+
+
+def authenticate(request: Request,
+                 credentials: HTTPAuthorizationCredentials | None = Depends(_bearer)) -> Principal:
+    """FastAPI dependency: every /v1 route needs a valid token; anything else is 401."""
+    if credentials is None or not credentials.credentials or len(credentials.credentials) > 200:
+        raise unauthenticated()
+    with request.app.state.db.transaction() as conn:
+        principal = principal_for_token(conn, credentials.credentials)
+    if principal is None:
+        raise unauthenticated()
+    return principal
+
+
+def break_glass_reason(request: Request) -> str:
+    reason = (request.headers.get("X-Break-Glass-Reason") or "").strip()
+    if not 8 <= len(reason) <= 500 or "\x00" in reason:
+        raise ApiError(400, "break_glass_reason_required",
+                       "break-glass routes need an X-Break-Glass-Reason header (8-500 characters)")
+    return reason

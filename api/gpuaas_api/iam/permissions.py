@@ -1,0 +1,76 @@
+"""Roles are named bundles of permission keys. Handlers check keys, never role names, so a role can
+change its bundle without touching a handler. Each role is grantable at exactly one scope kind and to
+one principal kind."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+SCHEDULER_ALL = frozenset({
+    "scheduler.catalog.read", "scheduler.instance.read", "scheduler.instance.create",
+    "scheduler.instance.update", "scheduler.instance.delete", "scheduler.queue.submit",
+    "scheduler.queue.read", "scheduler.queue.cancel", "scheduler.node.read", "scheduler.node.operate",
+})
+SCHEDULER_READ = frozenset({
+    "scheduler.catalog.read", "scheduler.instance.read", "scheduler.queue.read", "scheduler.node.read",
+})
+APPS_INSTANCE_ALL = frozenset({
+    "apps.instance.create", "apps.instance.read", "apps.instance.update", "apps.instance.delete",
+    "apps.member.operate",
+})
+PROJECT_READ = frozenset({
+    "iam.project.read", "apps.catalog.read", "apps.instance.read", "allocations.read",
+    "policy.entitlement.read", "policy.overlay.read",
+})
+SERVICE_ACCOUNT_ADMIN = frozenset({
+    "iam.service_account.create", "iam.service_account.read", "iam.service_account.delete",
+    "iam.token.create", "iam.token.revoke",
+    "iam.role_binding.create", "iam.role_binding.read", "iam.role_binding.delete",
+})
+
+
+@dataclass(frozen=True)
+class Role:
+    name: str
+    scope_kind: str  # platform | tenant | project
+    principal_kind: str  # user | service_account
+    description: str
+    permissions: frozenset[str]
+
+
+ROLES: dict[str, Role] = {r.name: r for r in [
+    Role("platform_admin", "platform", "user",
+         "Operates the platform: tenants, catalog, allocations, entitlements, global policy. "
+         "Reaches tenant data only through audited /v1/admin break-glass routes.",
+         frozenset({
+             "iam.tenant.create", "iam.tenant.read", "iam.project.create", "iam.project.read",
+             "iam.user.create", "iam.user.read",
+             "iam.token.create", "iam.token.revoke",
+             "iam.role_binding.create", "iam.role_binding.read", "iam.role_binding.delete",
+             "apps.catalog.read", "apps.catalog.write", "allocations.read", "allocations.write",
+             "policy.entitlement.read", "policy.entitlement.write",
+             "policy.overlay.read", "policy.overlay.write", "audit.read", "platform.break_glass",
+         })),
+    Role("tenant_admin", "tenant", "user",
+         "Manages projects, users, service accounts, policy overlays and app instances in one tenant.",
+         PROJECT_READ | APPS_INSTANCE_ALL | SCHEDULER_ALL | SERVICE_ACCOUNT_ADMIN | frozenset({
+             "iam.tenant.read", "iam.project.create", "iam.user.create", "iam.user.read",
+             "policy.overlay.write", "audit.read",
+         })),
+    Role("project_admin", "project", "user",
+         "Manages app instances, topology, service accounts and overlays inside one project.",
+         PROJECT_READ | APPS_INSTANCE_ALL | SCHEDULER_ALL | SERVICE_ACCOUNT_ADMIN | frozenset({
+             "policy.overlay.write", "audit.read",
+         })),
+    Role("project_member", "project", "user",
+         "Uses the project's apps: reads instances and submits scheduler jobs.",
+         PROJECT_READ | SCHEDULER_READ | frozenset({"scheduler.queue.submit", "scheduler.queue.cancel"})),
+    Role("sa_operator", "project", "service_account",
+         "Automation identity for app lifecycle inside its own project.",
+         PROJECT_READ | APPS_INSTANCE_ALL | SCHEDULER_ALL),
+    Role("sa_viewer", "project", "service_account",
+         "Read-only automation identity inside its own project.",
+         PROJECT_READ | SCHEDULER_READ),
+]}
+
+ALL_PERMISSIONS = frozenset().union(*(r.permissions for r in ROLES.values()))

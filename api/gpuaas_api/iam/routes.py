@@ -1,0 +1,325 @@
+from __future__ import annotations
+
+from uuid import UUID
+
+from ..audit import service as audit
+from ..common import Page, decode_cursor, page_of
+from ..deps import DB, Caller, CursorParam, LimitParam, router
+from ..errors import not_found
+from . import service
+from .permissions import ROLES
+from .schemas import (
+    Me,
+    Project,
+    ProjectCreate,
+    RoleBinding,
+    RoleBindingCreate,
+    RoleInfo,
+    ScopedPermissions,
+    ServiceAccount,
+    ServiceAccountCreate,
+    Tenant,
+    TenantCreate,
+    TokenCreate,
+    TokenInfo,
+    TokenIssued,
+    User,
+    UserCreate,
+)
+
+api = router("iam")
+
+
+# --- caller -------------------------------------------------------------------------------------
+
+@api.get("/v1/me", response_model=Me)
+def whoami(caller: Caller):
+    grants = [ScopedPermissions(role=b.role, scope_kind=b.scope_kind, tenant_id=b.tenant_id,
+                                project_id=b.project_id, permissions=sorted(ROLES[b.role].permissions))
+              for b in caller.bindings if b.role in ROLES]
+    return Me(kind=caller.kind, id=caller.id, name=caller.name, tenant_id=caller.tenant_id,
+              project_id=caller.project_id, grants=grants)
+
+
+@api.get("/v1/me/tokens", response_model=Page[TokenInfo])
+def list_my_tokens(caller: Caller, db: DB, cursor: CursorParam = None, limit: LimitParam = 50):
+    with db.transaction() as conn:
+        rows = conn.execute(
+            """SELECT * FROM api_tokens WHERE principal_kind = %s AND principal_id = %s AND seq > %s
+               ORDER BY seq LIMIT %s""",
+            (caller.kind, caller.id, decode_cursor(cursor) or 0, limit + 1),
+        ).fetchall()
+    items, nxt = page_of(rows, limit)
+    return {"items": items, "next_cursor": nxt}
+
+
+@api.post("/v1/me/tokens", response_model=TokenIssued, status_code=201)
+def create_my_token(body: TokenCreate, caller: Caller, db: DB):
+    with db.transaction() as conn:
+        row, token = service.issue_token(conn, caller.kind, caller.id, body.name, body.expires_in_days)
+        audit.record(conn, caller, "iam.token.create", "token", row["id"],
+                     after={"principal_kind": caller.kind, "principal_id": caller.id, "name": body.name},
+                     context={"tenant_id": caller.tenant_id, "project_id": caller.project_id})
+    return {**row, "token": token}
+
+
+@api.delete("/v1/me/tokens/{token_id}", response_model=TokenInfo)
+def revoke_my_token(token_id: UUID, caller: Caller, db: DB):
+    with db.transaction() as conn:
+        return service.revoke_token(conn, caller, token_id, own=True)
+
+
+@api.get("/v1/iam/roles", response_model=list[RoleInfo])
+def list_roles(caller: Caller):
+    return [RoleInfo(name=r.name, scope_kind=r.scope_kind, principal_kind=r.principal_kind,
+                     description=r.description, permissions=sorted(r.permissions)) for r in ROLES.values()]
+
+
+# --- tenants and projects -----------------------------------------------------------------------
+
+@api.post("/v1/tenants", response_model=Tenant, status_code=201)
+def create_tenant(body: TenantCreate, caller: Caller, db: DB):
+    caller.require("iam.tenant.create")
+    with db.transaction() as conn:
+        row = conn.execute("INSERT INTO tenants (name, display_name) VALUES (%s, %s) RETURNING *",
+                           (body.name, body.display_name or body.name)).fetchone()
+        audit.record(conn, caller, "iam.tenant.create", "tenant", row["id"], after=row,
+                     context={"tenant_id": row["id"]})
+    return row
+
+
+@api.get("/v1/tenants", response_model=Page[Tenant])
+def list_tenants(caller: Caller, db: DB, cursor: CursorParam = None, limit: LimitParam = 50):
+    caller.require("iam.tenant.read")  # all tenants: platform scope only
+    with db.transaction() as conn:
+        rows = conn.execute("SELECT * FROM tenants WHERE seq > %s ORDER BY seq LIMIT %s",
+                            (decode_cursor(cursor) or 0, limit + 1)).fetchall()
+    items, nxt = page_of(rows, limit)
+    return {"items": items, "next_cursor": nxt}
+
+
+@api.get("/v1/tenants/{tenant_id}", response_model=Tenant)
+def get_tenant(tenant_id: UUID, caller: Caller, db: DB):
+    with db.transaction() as conn:
+        row = service.get_tenant(conn, tenant_id)
+    caller.require("iam.tenant.read", tenant_id=tenant_id)
+    return row
+
+
+@api.post("/v1/tenants/{tenant_id}/projects", response_model=Project, status_code=201)
+def create_project(tenant_id: UUID, body: ProjectCreate, caller: Caller, db: DB):
+    with db.transaction() as conn:
+        service.get_tenant(conn, tenant_id)
+        caller.require("iam.project.create", tenant_id=tenant_id)
+        row = conn.execute(
+            "INSERT INTO projects (tenant_id, name, display_name) VALUES (%s, %s, %s) RETURNING *",
+            (tenant_id, body.name, body.display_name or body.name),
+        ).fetchone()
+        audit.record(conn, caller, "iam.project.create", "project", row["id"], after=row,
+                     context={"tenant_id": tenant_id, "project_id": row["id"]})
+    return row
+
+
+@api.get("/v1/tenants/{tenant_id}/projects", response_model=Page[Project])
+def list_projects(tenant_id: UUID, caller: Caller, db: DB, cursor: CursorParam = None,
+                  limit: LimitParam = 50):
+    with db.transaction() as conn:
+        service.get_tenant(conn, tenant_id)
+        caller.require("iam.project.read", tenant_id=tenant_id)
+        rows = conn.execute(
+            "SELECT * FROM projects WHERE tenant_id = %s AND seq > %s ORDER BY seq LIMIT %s",
+            (tenant_id, decode_cursor(cursor) or 0, limit + 1),
+        ).fetchall()
+    items, nxt = page_of(rows, limit)
+    return {"items": items, "next_cursor": nxt}
+
+
+@api.get("/v1/projects/{project_id}", response_model=Project)
+def get_project(project_id: UUID, caller: Caller, db: DB):
+    with db.transaction() as conn:
+        row = service.get_project(conn, project_id)
+    caller.require("iam.project.read", tenant_id=row["tenant_id"], project_id=project_id)
+    return row
+
+
+# --- users --------------------------------------------------------------------------------------
+
+@api.post("/v1/tenants/{tenant_id}/users", response_model=User, status_code=201)
+def create_user(tenant_id: UUID, body: UserCreate, caller: Caller, db: DB):
+    with db.transaction() as conn:
+        service.get_tenant(conn, tenant_id)
+        caller.require("iam.user.create", tenant_id=tenant_id)
+        row = service.create_user(conn, tenant_id, body.email, body.display_name)
+        audit.record(conn, caller, "iam.user.create", "user", row["id"], after=row,
+                     context={"tenant_id": tenant_id})
+    return row
+
+
+@api.get("/v1/tenants/{tenant_id}/users", response_model=Page[User])
+def list_users(tenant_id: UUID, caller: Caller, db: DB, cursor: CursorParam = None, limit: LimitParam = 50):
+    with db.transaction() as conn:
+        service.get_tenant(conn, tenant_id)
+        caller.require("iam.user.read", tenant_id=tenant_id)
+        rows = conn.execute(
+            "SELECT * FROM users WHERE tenant_id = %s AND seq > %s ORDER BY seq LIMIT %s",
+            (tenant_id, decode_cursor(cursor) or 0, limit + 1),
+        ).fetchall()
+    items, nxt = page_of(rows, limit)
+    return {"items": items, "next_cursor": nxt}
+
+
+@api.get("/v1/users/{user_id}", response_model=User)
+def get_user(user_id: UUID, caller: Caller, db: DB):
+    with db.transaction() as conn:
+        row = service.get_user(conn, user_id)
+    if not (caller.kind == "user" and caller.id == user_id):
+        caller.require("iam.user.read", tenant_id=row["tenant_id"])
+    return row
+
+
+@api.post("/v1/users/{user_id}/tokens", response_model=TokenIssued, status_code=201)
+def create_user_token(user_id: UUID, body: TokenCreate, caller: Caller, db: DB):
+    with db.transaction() as conn:
+        user = service.get_user(conn, user_id)
+        caller.require("iam.token.create", tenant_id=user["tenant_id"])
+        row, token = service.issue_token(conn, "user", user_id, body.name, body.expires_in_days)
+        audit.record(conn, caller, "iam.token.create", "token", row["id"],
+                     after={"principal_kind": "user", "principal_id": user_id, "name": body.name},
+                     context={"tenant_id": user["tenant_id"]})
+    return {**row, "token": token}
+
+
+@api.delete("/v1/tokens/{token_id}", response_model=TokenInfo)
+def revoke_token(token_id: UUID, caller: Caller, db: DB):
+    with db.transaction() as conn:
+        return service.revoke_token(conn, caller, token_id, own=False)
+
+
+# --- service accounts ---------------------------------------------------------------------------
+
+@api.post("/v1/projects/{project_id}/service-accounts", response_model=ServiceAccount, status_code=201)
+def create_service_account(project_id: UUID, body: ServiceAccountCreate, caller: Caller, db: DB):
+    with db.transaction() as conn:
+        project = service.get_project(conn, project_id)
+        caller.require("iam.service_account.create", tenant_id=project["tenant_id"], project_id=project_id)
+        row = conn.execute(
+            """INSERT INTO service_accounts (tenant_id, project_id, name, description)
+               VALUES (%s, %s, %s, %s) RETURNING *""",
+            (project["tenant_id"], project_id, body.name, body.description),
+        ).fetchone()
+        audit.record(conn, caller, "iam.service_account.create", "service_account", row["id"], after=row,
+                     context={"tenant_id": project["tenant_id"], "project_id": project_id})
+        for role in dict.fromkeys(body.roles):
+            service.create_binding(conn, caller, "service_account", row["id"], role, None, project_id)
+    return row
+
+
+@api.get("/v1/projects/{project_id}/service-accounts", response_model=Page[ServiceAccount])
+def list_service_accounts(project_id: UUID, caller: Caller, db: DB, cursor: CursorParam = None,
+                          limit: LimitParam = 50):
+    with db.transaction() as conn:
+        project = service.get_project(conn, project_id)
+        caller.require("iam.service_account.read", tenant_id=project["tenant_id"], project_id=project_id)
+        rows = conn.execute(
+            "SELECT * FROM service_accounts WHERE project_id = %s AND seq > %s ORDER BY seq LIMIT %s",
+            (project_id, decode_cursor(cursor) or 0, limit + 1),
+        ).fetchall()
+    items, nxt = page_of(rows, limit)
+    return {"items": items, "next_cursor": nxt}
+
+
+@api.get("/v1/projects/{project_id}/service-accounts/{sa_id}", response_model=ServiceAccount)
+def get_service_account(project_id: UUID, sa_id: UUID, caller: Caller, db: DB):
+    with db.transaction() as conn:
+        project = service.get_project(conn, project_id)
+        caller.require("iam.service_account.read", tenant_id=project["tenant_id"], project_id=project_id)
+        return service.get_service_account(conn, sa_id, project_id)
+
+
+@api.delete("/v1/projects/{project_id}/service-accounts/{sa_id}", response_model=ServiceAccount)
+def disable_service_account(project_id: UUID, sa_id: UUID, caller: Caller, db: DB):
+    """Disables the account, revokes its tokens and removes its role bindings (rows stay for audit)."""
+    with db.transaction() as conn:
+        project = service.get_project(conn, project_id)
+        caller.require("iam.service_account.delete", tenant_id=project["tenant_id"], project_id=project_id)
+        before = service.get_service_account(conn, sa_id, project_id)
+        row = conn.execute("UPDATE service_accounts SET disabled = true WHERE id = %s RETURNING *",
+                           (sa_id,)).fetchone()
+        conn.execute("""UPDATE api_tokens SET revoked_at = now() WHERE principal_kind = 'service_account'
+                        AND principal_id = %s AND revoked_at IS NULL""", (sa_id,))
+        conn.execute("DELETE FROM role_bindings WHERE principal_kind = 'service_account' AND principal_id = %s",
+                     (sa_id,))
+        audit.record(conn, caller, "iam.service_account.delete", "service_account", sa_id, before=before,
+                     after=row, context={"tenant_id": project["tenant_id"], "project_id": project_id})
+    return row
+
+
+@api.post("/v1/projects/{project_id}/service-accounts/{sa_id}/tokens", response_model=TokenIssued,
+          status_code=201)
+def create_service_account_token(project_id: UUID, sa_id: UUID, body: TokenCreate, caller: Caller, db: DB):
+    with db.transaction() as conn:
+        project = service.get_project(conn, project_id)
+        caller.require("iam.token.create", tenant_id=project["tenant_id"], project_id=project_id)
+        sa = service.get_service_account(conn, sa_id, project_id)
+        if sa["disabled"]:
+            raise not_found("service_account", sa_id)
+        row, token = service.issue_token(conn, "service_account", sa_id, body.name, body.expires_in_days)
+        audit.record(conn, caller, "iam.token.create", "token", row["id"],
+                     after={"principal_kind": "service_account", "principal_id": sa_id, "name": body.name},
+                     context={"tenant_id": project["tenant_id"], "project_id": project_id})
+    return {**row, "token": token}
+
+
+@api.get("/v1/projects/{project_id}/service-accounts/{sa_id}/tokens", response_model=Page[TokenInfo])
+def list_service_account_tokens(project_id: UUID, sa_id: UUID, caller: Caller, db: DB,
+                                cursor: CursorParam = None, limit: LimitParam = 50):
+    with db.transaction() as conn:
+        project = service.get_project(conn, project_id)
+        caller.require("iam.service_account.read", tenant_id=project["tenant_id"], project_id=project_id)
+        service.get_service_account(conn, sa_id, project_id)
+        rows = conn.execute(
+            """SELECT * FROM api_tokens WHERE principal_kind = 'service_account' AND principal_id = %s
+                 AND seq > %s ORDER BY seq LIMIT %s""",
+            (sa_id, decode_cursor(cursor) or 0, limit + 1),
+        ).fetchall()
+    items, nxt = page_of(rows, limit)
+    return {"items": items, "next_cursor": nxt}
+
+
+# --- role bindings ------------------------------------------------------------------------------
+
+@api.post("/v1/role-bindings", response_model=RoleBinding, status_code=201)
+def create_role_binding(body: RoleBindingCreate, caller: Caller, db: DB):
+    with db.transaction() as conn:
+        return service.create_binding(conn, caller, body.principal_kind, body.principal_id, body.role,
+                                      body.tenant_id, body.project_id)
+
+
+@api.get("/v1/role-bindings", response_model=Page[RoleBinding])
+def list_role_bindings(caller: Caller, db: DB, tenant_id: UUID | None = None, project_id: UUID | None = None,
+                       cursor: CursorParam = None, limit: LimitParam = 50):
+    """Bindings at one scope: a project (project_id), a tenant and its projects (tenant_id), or all
+    (neither; platform scope)."""
+    with db.transaction() as conn:
+        if project_id is not None:
+            project = service.get_project(conn, project_id)
+            caller.require("iam.role_binding.read", tenant_id=project["tenant_id"], project_id=project_id)
+        elif tenant_id is not None:
+            service.get_tenant(conn, tenant_id)
+            caller.require("iam.role_binding.read", tenant_id=tenant_id)
+        else:
+            caller.require("iam.role_binding.read")
+        rows = conn.execute(
+            """SELECT * FROM role_bindings
+                WHERE (%(t)s::uuid IS NULL OR tenant_id = %(t)s) AND (%(p)s::uuid IS NULL OR project_id = %(p)s)
+                  AND seq > %(after)s ORDER BY seq LIMIT %(limit)s""",
+            {"t": tenant_id, "p": project_id, "after": decode_cursor(cursor) or 0, "limit": limit + 1},
+        ).fetchall()
+    items, nxt = page_of(rows, limit)
+    return {"items": items, "next_cursor": nxt}
+
+
+@api.delete("/v1/role-bindings/{binding_id}", status_code=204)
+def delete_role_binding(binding_id: UUID, caller: Caller, db: DB):
+    with db.transaction() as conn:
+        service.delete_binding(conn, caller, binding_id)

@@ -1,0 +1,190 @@
+"""IAM rules and queries, usable from routes and from the CLI (bootstrap)."""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime, timedelta
+from uuid import UUID
+
+import psycopg
+
+from ..audit import service as audit
+from ..errors import ApiError, conflict, forbidden, not_found, unprocessable
+from .auth import Principal, new_token
+from .permissions import ROLES
+
+
+def get_tenant(conn: psycopg.Connection, tenant_id: UUID) -> dict:
+    row = conn.execute("SELECT * FROM tenants WHERE id = %s", (tenant_id,)).fetchone()
+    if row is None:
+        raise not_found("tenant", tenant_id)
+    return row
+
+
+def get_project(conn: psycopg.Connection, project_id: UUID) -> dict:
+    row = conn.execute("SELECT * FROM projects WHERE id = %s", (project_id,)).fetchone()
+    if row is None:
+        raise not_found("project", project_id)
+    return row
+
+
+def get_user(conn: psycopg.Connection, user_id: UUID) -> dict:
+    row = conn.execute("SELECT * FROM users WHERE id = %s", (user_id,)).fetchone()
+    if row is None:
+        raise not_found("user", user_id)
+    return row
+
+
+def get_service_account(conn: psycopg.Connection, sa_id: UUID, project_id: UUID | None = None) -> dict:
+    row = conn.execute("SELECT * FROM service_accounts WHERE id = %s", (sa_id,)).fetchone()
+    if row is None or (project_id is not None and row["project_id"] != project_id):
+        raise not_found("service_account", sa_id)
+    return row
+
+
+def create_user(conn: psycopg.Connection, tenant_id: UUID | None, email: str, display_name: str | None) -> dict:
+    if conn.execute("SELECT 1 FROM users WHERE lower(email) = lower(%s)", (email,)).fetchone():
+        raise conflict("already_exists", f"user {email} already exists")
+    return conn.execute(
+        "INSERT INTO users (tenant_id, email, display_name) VALUES (%s, %s, %s) RETURNING *",
+        (tenant_id, email, display_name or email),
+    ).fetchone()
+
+
+def issue_token(conn: psycopg.Connection, principal_kind: str, principal_id: UUID, name: str,
+                ttl_days: int) -> tuple[dict, str]:
+    token, digest = new_token()
+    row = conn.execute(
+        """INSERT INTO api_tokens (token_hash, principal_kind, principal_id, name, expires_at)
+           VALUES (%s, %s, %s, %s, %s) RETURNING *""",
+        (digest, principal_kind, principal_id, name, datetime.now(UTC) + timedelta(days=ttl_days)),
+    ).fetchone()
+    return row, token
+
+
+def token_owner_scope(conn: psycopg.Connection, principal_kind: str, principal_id: UUID) -> tuple:
+    """(tenant_id, project_id) at which tokens of this principal are administered."""
+    if principal_kind == "user":
+        user = get_user(conn, principal_id)
+        return user["tenant_id"], None
+    sa = get_service_account(conn, principal_id)
+    return sa["tenant_id"], sa["project_id"]
+
+
+def binding_scope(conn: psycopg.Connection, role: str, tenant_id: UUID | None,
+                  project_id: UUID | None) -> tuple[str, UUID | None, UUID | None]:
+    """Resolve and check the scope a role is bound at."""
+    scope_kind = ROLES[role].scope_kind
+    if scope_kind == "platform":
+        if tenant_id or project_id:
+            raise unprocessable("invalid_scope", f"{role} is a platform role; give no tenant or project")
+        return scope_kind, None, None
+    if scope_kind == "tenant":
+        if tenant_id is None or project_id is not None:
+            raise unprocessable("invalid_scope", f"{role} is a tenant role; give tenant_id only")
+        get_tenant(conn, tenant_id)
+        return scope_kind, tenant_id, None
+    if project_id is None:
+        raise unprocessable("invalid_scope", f"{role} is a project role; give project_id")
+    project = get_project(conn, project_id)
+    if tenant_id is not None and tenant_id != project["tenant_id"]:
+        raise unprocessable("invalid_scope", "project does not belong to that tenant")
+    return scope_kind, project["tenant_id"], project_id
+
+
+def create_binding(conn: psycopg.Connection, actor: Principal, principal_kind: str, principal_id: UUID,
+                   role: str, tenant_id: UUID | None, project_id: UUID | None) -> dict:
+    if role not in ROLES:
+        raise unprocessable("unknown_role", f"unknown role {role}")
+    definition = ROLES[role]
+    scope_kind, tenant_id, project_id = binding_scope(conn, role, tenant_id, project_id)
+    actor.require("iam.role_binding.create", tenant_id=tenant_id, project_id=project_id)
+    # No escalation: a caller grants only permissions it holds itself at that scope. Platform
+    # IAM administrators (platform-scope iam.role_binding.create) are exempt so they can seat the
+    # first tenant admins; what they grant is audited.
+    platform_iam = any(b.scope_kind == "platform" and "iam.role_binding.create" in ROLES[b.role].permissions
+                       for b in actor.bindings if b.role in ROLES)
+    if not platform_iam:
+        missing = sorted(k for k in definition.permissions
+                         if not actor.permits(k, tenant_id=tenant_id, project_id=project_id))
+        if missing:
+            raise forbidden(f"cannot grant {role}: caller lacks some of its permissions", missing=missing)
+    if definition.principal_kind != principal_kind:
+        raise unprocessable("invalid_principal", f"{role} can only be granted to a {definition.principal_kind}")
+    if principal_kind == "user":
+        user = get_user(conn, principal_id)
+        if scope_kind == "platform" and user["tenant_id"] is not None:
+            raise unprocessable("invalid_principal", "platform roles are for users outside any tenant")
+        if scope_kind != "platform" and user["tenant_id"] != tenant_id:
+            raise unprocessable("invalid_principal", "the user belongs to another tenant")
+    else:
+        sa = get_service_account(conn, principal_id)
+        if sa["project_id"] != project_id:
+            raise unprocessable("invalid_principal", "a service account acts only inside its own project")
+    existing = conn.execute(
+        """SELECT 1 FROM role_bindings WHERE principal_kind = %s AND principal_id = %s AND role = %s
+             AND tenant_id IS NOT DISTINCT FROM %s AND project_id IS NOT DISTINCT FROM %s""",
+        (principal_kind, principal_id, role, tenant_id, project_id),
+    ).fetchone()
+    if existing:
+        raise conflict("already_exists", "this role binding already exists")
+    row = conn.execute(
+        """INSERT INTO role_bindings (principal_kind, principal_id, role, scope_kind, tenant_id, project_id,
+               created_by) VALUES (%s, %s, %s, %s, %s, %s, %s) RETURNING *""",
+        (principal_kind, principal_id, role, scope_kind, tenant_id, project_id, actor.id),
+    ).fetchone()
+    audit.record(conn, actor, "iam.role_binding.create", "role_binding", row["id"], after=row,
+                 context={"tenant_id": tenant_id, "project_id": project_id})
+    return row
+
+
+def delete_binding(conn: psycopg.Connection, actor: Principal, binding_id: UUID) -> None:
+    row = conn.execute("SELECT * FROM role_bindings WHERE id = %s FOR UPDATE", (binding_id,)).fetchone()
+    if row is None:
+        raise not_found("role_binding", binding_id)
+    actor.require("iam.role_binding.delete", tenant_id=row["tenant_id"], project_id=row["project_id"])
+    if row["role"] == "platform_admin":
+        others = conn.execute(
+            "SELECT count(*) AS n FROM role_bindings WHERE role = 'platform_admin' AND id <> %s", (binding_id,)
+        ).fetchone()["n"]
+        if others == 0:
+            raise conflict("last_platform_admin", "refusing to remove the last platform admin binding")
+    conn.execute("DELETE FROM role_bindings WHERE id = %s", (binding_id,))
+    audit.record(conn, actor, "iam.role_binding.delete", "role_binding", binding_id, before=row,
+                 context={"tenant_id": row["tenant_id"], "project_id": row["project_id"]})
+
+
+def revoke_token(conn: psycopg.Connection, actor: Principal, token_id: UUID, *, own: bool) -> dict:
+    row = conn.execute("SELECT * FROM api_tokens WHERE id = %s FOR UPDATE", (token_id,)).fetchone()
+    if row is None:
+        raise not_found("token", token_id)
+    if own:
+        if (row["principal_kind"], row["principal_id"]) != (actor.kind, actor.id):
+            raise not_found("token", token_id)
+        tenant_id, project_id = actor.tenant_id, actor.project_id
+    else:
+        tenant_id, project_id = token_owner_scope(conn, row["principal_kind"], row["principal_id"])
+        actor.require("iam.token.revoke", tenant_id=tenant_id, project_id=project_id)
+    if row["revoked_at"] is None:
+        row = conn.execute("UPDATE api_tokens SET revoked_at = now() WHERE id = %s RETURNING *",
+                           (token_id,)).fetchone()
+    audit.record(conn, actor, "iam.token.revoke", "token", token_id,
+                 after={"principal_kind": row["principal_kind"], "principal_id": row["principal_id"]},
+                 context={"tenant_id": tenant_id, "project_id": project_id})
+    return row
+
+
+def bootstrap_platform_admin(conn: psycopg.Connection, email: str, ttl_days: int) -> str:
+    """Create the first platform admin and return its token. Refuses once any platform admin exists."""
+    if conn.execute("SELECT 1 FROM role_bindings WHERE role = 'platform_admin'").fetchone():
+        raise ApiError(409, "already_bootstrapped", "a platform admin already exists")
+    user = create_user(conn, None, email, "platform admin")
+    conn.execute(
+        """INSERT INTO role_bindings (principal_kind, principal_id, role, scope_kind)
+           VALUES ('user', %s, 'platform_admin', 'platform')""",
+        (user["id"],),
+    )
+    token_row, token = issue_token(conn, "user", user["id"], "bootstrap", ttl_days)
+    actor = Principal(kind="user", id=user["id"], name=email)
+    audit.record(conn, actor, "iam.bootstrap", "user", user["id"], after={"email": email, "role": "platform_admin",
+                                                                           "token_id": token_row["id"]})
+    return token

@@ -1,0 +1,101 @@
+from __future__ import annotations
+
+from typing import Annotated
+from uuid import UUID
+
+from fastapi import Query
+
+from ..audit import service as audit
+from ..catalog.schemas import RoleName
+from ..common import Page, Slug, Token, decode_cursor
+from ..deps import DB, Caller, CursorParam, LimitParam, router
+from ..iam.service import get_project
+from . import service
+from .schemas import Event, Instance, InstanceCreate, InstanceStatus, InstanceUpdate, Member, MemberStatus
+
+api = router("instances")
+
+
+def _authorized_instance(conn, caller, permission: str, instance_id: UUID) -> dict:
+    instance = service.get_instance(conn, instance_id)
+    caller.require(permission, tenant_id=instance["tenant_id"], project_id=instance["project_id"])
+    return instance
+
+
+@api.post("/v1/projects/{project_id}/instances", response_model=Instance, status_code=201)
+def create_instance(project_id: UUID, body: InstanceCreate, caller: Caller, db: DB):
+    """Create a project-owned app instance. Refusals say why: not_entitled / policy_denied (403),
+    version_not_usable / artifact_not_active (409), compatibility_refused with every reason (422)."""
+    with db.transaction() as conn:
+        project = get_project(conn, project_id)
+        caller.require("apps.instance.create", tenant_id=project["tenant_id"], project_id=project_id)
+        return service.create_instance(conn, caller, project, body)
+
+
+@api.get("/v1/projects/{project_id}/instances", response_model=Page[Instance])
+def list_instances(project_id: UUID, caller: Caller, db: DB,
+                   status: Annotated[InstanceStatus | None, Query()] = None,
+                   app_slug: Annotated[Slug | None, Query()] = None,
+                   cursor: CursorParam = None, limit: LimitParam = 50):
+    with db.transaction() as conn:
+        project = get_project(conn, project_id)
+        caller.require("apps.instance.read", tenant_id=project["tenant_id"], project_id=project_id)
+        items, nxt = service.list_instances(conn, project_id=project_id, status=status, app_slug=app_slug,
+                                            before=decode_cursor(cursor), limit=limit)
+    return {"items": items, "next_cursor": nxt}
+
+
+@api.get("/v1/instances/{instance_id}", response_model=Instance)
+def get_instance(instance_id: UUID, caller: Caller, db: DB):
+    with db.transaction() as conn:
+        _authorized_instance(conn, caller, "apps.instance.read", instance_id)
+        return service.get_instance_view(conn, instance_id)
+
+
+@api.patch("/v1/instances/{instance_id}", response_model=Instance)
+def update_instance(instance_id: UUID, body: InstanceUpdate, caller: Caller, db: DB):
+    with db.transaction() as conn:
+        _authorized_instance(conn, caller, "apps.instance.update", instance_id)
+        return service.update_instance(conn, caller, instance_id, body.labels)
+
+
+@api.delete("/v1/instances/{instance_id}", status_code=204)
+def delete_instance(instance_id: UUID, caller: Caller, db: DB):
+    """Delete an instance that runs nothing (created or stopped); others need decommission first (409)."""
+    with db.transaction() as conn:
+        _authorized_instance(conn, caller, "apps.instance.delete", instance_id)
+        service.delete_instance(conn, caller, instance_id)
+
+
+@api.get("/v1/instances/{instance_id}/members", response_model=Page[Member])
+def list_members(instance_id: UUID, caller: Caller, db: DB,
+                 role: Annotated[RoleName | None, Query()] = None,
+                 status: Annotated[MemberStatus | None, Query()] = None,
+                 cursor: CursorParam = None, limit: LimitParam = 100):
+    with db.transaction() as conn:
+        _authorized_instance(conn, caller, "apps.instance.read", instance_id)
+        items, nxt = service.list_members(conn, instance_id, role=role, status=status,
+                                          after=decode_cursor(cursor), limit=limit)
+    return {"items": items, "next_cursor": nxt}
+
+
+@api.get("/v1/instances/{instance_id}/members/{member_id}", response_model=Member)
+def get_member(instance_id: UUID, member_id: UUID, caller: Caller, db: DB):
+    with db.transaction() as conn:
+        _authorized_instance(conn, caller, "apps.instance.read", instance_id)
+        return service.get_member(conn, instance_id, member_id)
+
+
+@api.get("/v1/instances/{instance_id}/events", response_model=Page[Event])
+def list_events(instance_id: UUID, caller: Caller, db: DB,
+                type: Annotated[Token | None, Query(description="event type, e.g. apps.instance.running")] = None,
+                member_id: UUID | None = None,
+                correlation_id: Annotated[Token | None, Query()] = None,
+                cursor: CursorParam = None, limit: LimitParam = 100):
+    """The instance's timeline, oldest first; pass next_cursor to continue (also to poll for new events)."""
+    with db.transaction() as conn:
+        instance = service.get_instance(conn, instance_id, include_deleted=True)
+        caller.require("apps.instance.read", tenant_id=instance["tenant_id"], project_id=instance["project_id"])
+        items, nxt = audit.list_events(conn, instance_id, after=decode_cursor(cursor), limit=limit,
+                                       event_type=type, member_id=member_id, correlation_id=correlation_id)
+    return {"items": items, "next_cursor": nxt}

@@ -1,0 +1,190 @@
+"""Pure rules for app instances: status machines, the effective runtime decision, member placement
+and the compatibility gate. No database access here, so they are easy to test and reuse."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from uuid import UUID
+
+from ..errors import unprocessable
+
+# Seed 002 lifecycle. Deviation, on purpose: failed -> stopping, because decommission of a failed
+# instance must still do an honest runtime teardown.
+INSTANCE_TRANSITIONS: dict[str, frozenset[str]] = {
+    "created": frozenset({"starting", "failed"}),
+    "starting": frozenset({"running", "failed", "stopping"}),
+    "running": frozenset({"stopping", "failed"}),
+    "stopping": frozenset({"stopped", "failed"}),
+    "failed": frozenset({"stopping"}),
+    "stopped": frozenset(),
+}
+INSTANCE_EVENT = {status: f"apps.instance.{status}" for status in INSTANCE_TRANSITIONS}
+DELETABLE_STATUSES = frozenset({"created", "stopped"})
+
+MEMBER_TRANSITIONS: dict[str, frozenset[str]] = {
+    "pending": frozenset({"joining", "failed", "removed"}),
+    "joining": frozenset({"active", "failed", "removing"}),
+    "active": frozenset({"draining", "removing", "failed"}),
+    "draining": frozenset({"drained", "active", "failed"}),
+    "drained": frozenset({"active", "removing", "failed"}),
+    "removing": frozenset({"removed", "failed"}),
+    "failed": frozenset({"joining", "removing", "removed"}),
+    "removed": frozenset(),
+}
+
+
+def member_event(before: str, after: str) -> str:
+    """Timeline event type for a member status change (seed 002 names where they exist)."""
+    if after == "active":
+        return "member_added" if before in ("pending", "joining", "failed") else "member_resumed"
+    return {"joining": "member_joining", "draining": "member_draining", "drained": "member_drained",
+            "removing": "member_removing", "removed": "member_removed", "failed": "member_failed"}[after]
+
+
+def check_transition(table: dict[str, frozenset[str]], kind: str, current: str, target: str) -> None:
+    if target not in table:
+        raise unprocessable("unknown_state", f"{target!r} is not a {kind} status", allowed=sorted(table))
+    if target not in table[current]:
+        raise unprocessable("illegal_transition", f"{kind} cannot move from {current} to {target}",
+                            current=current, target=target, allowed=sorted(table[current]))
+
+
+@dataclass(frozen=True)
+class Runtime:
+    operating_mode: str
+    control_plane_scope: str
+    tenant_boundary_mode: str
+    runtime_backend: str
+    notes: tuple[str, ...]
+
+
+def decide_runtime(app: dict, mode_hint: str | None, scope_hint: str | None) -> Runtime:
+    """The request may hint; the app's offered modes and server policy decide (seed 000)."""
+    offered = list(app["operating_modes"])
+    notes = []
+    mode = offered[0]
+    if mode_hint:
+        if mode_hint in offered:
+            mode = mode_hint
+        else:
+            notes.append(f"operating_mode hint {mode_hint} is not offered by {app['slug']}; using {mode}")
+    if mode == "platform_managed":
+        scope, boundary = "platform", "shared_service"
+        if scope_hint and scope_hint != "platform":
+            notes.append(f"control_plane_scope hint {scope_hint} ignored: platform_managed runs platform-scoped")
+    else:
+        scope, boundary = "project", "tenant_isolated"
+        if scope_hint in ("project", "tenant"):
+            scope = scope_hint
+        elif scope_hint:
+            notes.append(f"control_plane_scope hint {scope_hint} ignored: tenant_dedicated uses project or tenant")
+    return Runtime(mode, scope, boundary, app["runtime_backend"], tuple(notes))
+
+
+@dataclass(frozen=True)
+class PlannedMember:
+    role: str
+    allocation_id: UUID
+    host_name: str
+
+    @property
+    def node_name(self) -> str:
+        return self.host_name
+
+
+def reason(check: str, message: str, **extra) -> dict:
+    return {"check": check, "message": message, **{k: (str(v) if isinstance(v, UUID) else v)
+                                                   for k, v in extra.items()}}
+
+
+def desired_counts(adapter: dict, requested: list[dict]) -> tuple[dict[str, int], list[dict]]:
+    """Desired count per adapter role: as requested, else the adapter minimum; bounds enforced."""
+    roles = {r["name"]: r for r in adapter["roles"]}
+    problems = []
+    for r in requested:
+        if r["role"] not in roles:
+            problems.append(reason("topology.role", f"role {r['role']!r} is not defined by the app adapter",
+                                   role=r["role"], known=sorted(roles)))
+    asked = {r["role"]: r["count"] for r in requested}
+    counts = {}
+    for name, spec in roles.items():
+        n = asked.get(name, spec["min"])
+        if not spec["min"] <= n <= spec["max"]:
+            problems.append(reason("topology.count",
+                                   f"role {name} count {n} is outside the adapter bounds {spec['min']}..{spec['max']}",
+                                   role=name, count=n, min=spec["min"], max=spec["max"]))
+        counts[name] = n
+    return counts, problems
+
+
+def place(counts: dict[str, int], requested: list[dict], allocations: list[dict]) -> tuple[list[PlannedMember], list[dict]]:
+    """Map logical roles onto hosts of the chosen allocations. The platform chooses hosts (round robin
+    over all hosts, so roles spread out) unless a role names its placement explicitly. One member
+    per role per host."""
+    hosts = [(a["id"], h["name"]) for a in allocations for h in a["hosts"]]
+    known = set(hosts)
+    explicit = {r["role"]: r.get("placement") for r in requested if r.get("placement")}
+    members, problems, cursor = [], [], 0
+    for role, count in counts.items():
+        if role in explicit:
+            chosen = [(p["allocation_id"], p["host_name"]) for p in explicit[role]]
+            if len(chosen) != count:
+                problems.append(reason("placement.count", f"role {role} lists {len(chosen)} placements for "
+                                       f"count {count}", role=role))
+            if len(set(chosen)) != len(chosen):
+                problems.append(reason("placement.duplicate", f"role {role} places two members on one host",
+                                       role=role))
+            for alloc_id, host in chosen:
+                if (alloc_id, host) not in known:
+                    problems.append(reason("placement.host", f"host {host} is not in a chosen allocation",
+                                           role=role, allocation_id=alloc_id, host_name=host))
+            members += [PlannedMember(role, a, h) for a, h in chosen]
+            continue
+        if count > len(hosts):
+            problems.append(reason("placement.capacity", f"role {role} needs {count} hosts; the chosen "
+                                   f"allocations have {len(hosts)}", role=role, count=count, hosts=len(hosts)))
+            continue
+        for _ in range(count):
+            alloc_id, host = hosts[cursor % len(hosts)]
+            members.append(PlannedMember(role, alloc_id, host))
+            cursor += 1
+    return members, problems
+
+
+def allocation_problems(compat: dict, allocation: dict) -> list[dict]:
+    """Why one allocation cannot carry this app version (empty: it can)."""
+    out, name = [], allocation["name"]
+    if allocation.get("released_at") is not None:
+        out.append(reason("allocation.released", f"allocation {name} is released", allocation_id=allocation["id"]))
+    if allocation["capacity_shape"] not in compat["requires_capacity_shape"]:
+        out.append(reason("compatibility.capacity_shape",
+                          f"allocation {name} is {allocation['capacity_shape']}; the app requires one of "
+                          f"{compat['requires_capacity_shape']}", allocation_id=allocation["id"]))
+    if allocation["gpu_count"] < compat["min_gpu_count"]:
+        out.append(reason("compatibility.gpu_count",
+                          f"allocation {name} has {allocation['gpu_count']} GPU(s); the app needs at least "
+                          f"{compat['min_gpu_count']} per allocation", allocation_id=allocation["id"]))
+    if compat["requires_exclusive_node"] and not allocation["exclusive"]:
+        out.append(reason("compatibility.exclusive_node",
+                          f"allocation {name} is not node-exclusive; the app requires an exclusive node",
+                          allocation_id=allocation["id"]))
+    return out
+
+
+def topology_problems(compat: dict, members: list[PlannedMember], allocations: dict[UUID, dict]) -> list[dict]:
+    """Multi-node rules (seed 002): a single-node app stays on one host, and gpu_slice networking does
+    not span hosts in v1."""
+    hosts = {(m.allocation_id, m.host_name) for m in members}
+    if len(hosts) <= 1:
+        return []
+    out = []
+    if not compat["multi_node"]:
+        out.append(reason("compatibility.multi_node",
+                          f"the topology spans {len(hosts)} hosts but the app is single-node (multi_node=false)",
+                          hosts=len(hosts)))
+    slices = sorted({allocations[a]["name"] for a, _ in hosts if allocations[a]["capacity_shape"] == "gpu_slice"})
+    if slices:
+        out.append(reason("compatibility.multi_node_gpu_slice",
+                          f"the topology spans {len(hosts)} hosts but gpu_slice networking does not span nodes "
+                          f"in v1 (allocations {slices})", allocations=slices))
+    return out

@@ -1,0 +1,118 @@
+from __future__ import annotations
+
+from datetime import datetime
+from typing import Annotated, Any, Literal
+from uuid import UUID
+
+from pydantic import BaseModel, ConfigDict, Field, StringConstraints
+
+from ..allocations.schemas import Host
+from ..catalog.schemas import OperatingMode, RoleName, VersionString
+from ..common import Name, Reason, Slug
+
+InstanceStatus = Literal["created", "starting", "running", "stopping", "stopped", "failed"]
+MemberStatus = Literal["pending", "joining", "active", "draining", "drained", "removing", "removed", "failed"]
+LabelKey = Annotated[str, StringConstraints(pattern=r"^[a-z0-9]([a-z0-9._/\-]{0,61}[a-z0-9])?$")]
+LabelValue = Annotated[str, StringConstraints(pattern=r"^[A-Za-z0-9._\-]{0,63}$")]
+
+
+class Strict(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+
+class Placement(Strict):
+    allocation_id: UUID
+    host_name: Name
+
+
+class RoleRequest(Strict):
+    role: RoleName
+    count: int = Field(ge=0, le=1024)
+    placement: list[Placement] | None = Field(default=None, max_length=1024,
+                                              description="optional explicit hosts; default: platform chooses")
+
+
+class InstanceCreate(Strict):
+    name: Name
+    app_slug: Slug
+    version: VersionString | None = Field(default=None, description="default: the newest active version")
+    allocation_ids: list[UUID] = Field(min_length=1, max_length=64, description="allocation intent")
+    topology: list[RoleRequest] = Field(default_factory=list, max_length=16,
+                                        description="desired count per role; absent roles get the adapter minimum")
+    operating_mode: OperatingMode | None = Field(default=None, description="hint; server policy decides")
+    control_plane_scope: Literal["project", "tenant", "platform"] | None = Field(default=None, description="hint")
+    labels: dict[LabelKey, LabelValue] = Field(default_factory=dict, max_length=32)
+
+
+class InstanceUpdate(Strict):
+    labels: dict[LabelKey, LabelValue] = Field(max_length=32)
+
+
+class RoleSummary(BaseModel):
+    name: str
+    desired_count: int
+    member_count: int
+
+
+class Topology(BaseModel):
+    roles: list[RoleSummary]
+
+
+class Instance(BaseModel):
+    id: UUID
+    name: str
+    tenant_id: UUID
+    project_id: UUID
+    app_slug: str
+    app_version: str
+    app_version_id: UUID
+    artifact_reference: str
+    status: InstanceStatus
+    status_reason: str
+    operating_mode: str
+    operating_mode_hint: str | None
+    control_plane_scope: str
+    runtime_backend: str
+    tenant_boundary_mode: str
+    bound_capacity_shape: str
+    topology: Topology
+    labels: dict[str, str]
+    created_at: datetime
+    updated_at: datetime
+    deleted_at: datetime | None
+
+
+class Member(BaseModel):
+    id: UUID
+    instance_id: UUID
+    role: str
+    allocation_id: UUID
+    host_name: str
+    node_name: str
+    host: Host | None = Field(description="the allocation host the member is bound to")
+    status: MemberStatus
+    status_reason: str
+    last_correlation_id: str | None
+    created_at: datetime
+    updated_at: datetime
+
+
+class Event(BaseModel):
+    id: int
+    app_instance_id: UUID
+    member_id: UUID | None
+    type: str
+    occurred_at: datetime
+    payload: dict[str, Any]
+    correlation_id: str
+    tenant_id: UUID
+    project_id: UUID
+    app_slug: str
+    operating_mode: str
+    control_plane_scope: str
+    runtime_backend: str
+
+
+class StatusChange(Strict):
+    to: InstanceStatus
+    reason: Reason

@@ -1,0 +1,312 @@
+"""App instances and their members: creation through the entitlement, policy and compatibility gates,
+legal-only status transitions, member lifecycle, the event timeline. Every function takes a
+connection inside the caller's transaction, so an HTTP handler and a worker process (issue 4: the
+operations queue) drive the same rules."""
+
+from __future__ import annotations
+
+from typing import Any
+from uuid import UUID
+
+import psycopg
+from psycopg.types.json import Jsonb
+
+from ..allocations.service import get_allocations
+from ..audit import service as audit
+from ..catalog.service import get_app, get_version, latest_active_version
+from ..common import page_of
+from ..errors import ApiError, conflict, not_found, unprocessable
+from ..iam.auth import SYSTEM, Principal
+from ..policy import rules as policy_rules
+from ..policy.service import is_entitled, overlays_for
+from . import rules
+
+VIEW_SELECT = """
+SELECT i.*, v.version AS app_version, a.reference AS artifact_reference,
+       (SELECT coalesce(json_object_agg(c.role, c.n), '{}'::json)
+          FROM (SELECT m.role, count(*) AS n FROM app_instance_members m
+                 WHERE m.instance_id = i.id AND m.status <> 'removed' GROUP BY m.role) c) AS member_counts
+  FROM app_instances i
+  JOIN app_versions v ON v.id = i.app_version_id
+  JOIN artifacts a ON a.id = v.artifact_id
+"""
+
+MEMBER_SELECT = """
+SELECT m.*, (SELECT h FROM jsonb_array_elements(al.hosts) h WHERE h->>'name' = m.host_name LIMIT 1) AS host
+  FROM app_instance_members m JOIN allocations al ON al.id = m.allocation_id
+"""
+
+
+def view(row: dict) -> dict:
+    """Shape an instance row (from VIEW_SELECT) for the API: topology with desired and live counts."""
+    counts = row.get("member_counts") or {}
+    roles = [{"name": r["name"], "desired_count": r["desired_count"], "member_count": counts.get(r["name"], 0)}
+             for r in row["topology"]["roles"]]
+    return {**row, "topology": {"roles": roles}}
+
+
+def get_instance(conn: psycopg.Connection, instance_id: UUID, *, lock: bool = False,
+                 include_deleted: bool = False) -> dict:
+    sql = "SELECT * FROM app_instances WHERE id = %s" + (" FOR UPDATE" if lock else "")
+    row = conn.execute(sql, (instance_id,)).fetchone()
+    if row is None or (row["deleted_at"] is not None and not include_deleted):
+        raise not_found("app_instance", instance_id)
+    return row
+
+
+def get_instance_view(conn: psycopg.Connection, instance_id: UUID, *, include_deleted: bool = False) -> dict:
+    row = conn.execute(VIEW_SELECT + " WHERE i.id = %s", (instance_id,)).fetchone()
+    if row is None or (row["deleted_at"] is not None and not include_deleted):
+        raise not_found("app_instance", instance_id)
+    return view(row)
+
+
+def list_instances(conn: psycopg.Connection, *, project_id: UUID | None = None, tenant_id: UUID | None = None,
+                   status: str | None = None, app_slug: str | None = None, before: int | None = None,
+                   limit: int = 50) -> tuple[list[dict], str | None]:
+    """Newest first, keyset-paginated on seq (index app_instances_project)."""
+    rows = conn.execute(
+        VIEW_SELECT + """
+         WHERE i.deleted_at IS NULL
+           AND (%(p)s::uuid IS NULL OR i.project_id = %(p)s)
+           AND (%(t)s::uuid IS NULL OR i.tenant_id = %(t)s)
+           AND (%(status)s::text IS NULL OR i.status = %(status)s)
+           AND (%(slug)s::text IS NULL OR i.app_slug = %(slug)s)
+           AND (%(before)s::bigint IS NULL OR i.seq < %(before)s)
+         ORDER BY i.seq DESC LIMIT %(limit)s""",
+        {"p": project_id, "t": tenant_id, "status": status, "slug": app_slug, "before": before,
+         "limit": limit + 1},
+    ).fetchall()
+    items, nxt = page_of(rows, limit)
+    return [view(r) for r in items], nxt
+
+
+def create_instance(conn: psycopg.Connection, actor: Principal, project: dict, body: Any) -> dict:
+    """Create a project-owned instance with its members placed on the chosen allocations, or refuse
+    and say exactly why: entitlement (403), policy (403), version/artifact state (409), compatibility
+    (422)."""
+    app = get_app(conn, body.app_slug)
+    version = get_version(conn, app["slug"], body.version) if body.version else latest_active_version(conn, app["slug"])
+    if version["status"] != "active":
+        raise conflict("version_not_usable",
+                       f"version {version['version']} is {version['status']}; new instances need an active version",
+                       version=version["version"], status=version["status"])
+    if version["artifact_status"] != "active":
+        raise conflict("artifact_not_active", f"the version's artifact is {version['artifact_status']}",
+                       artifact_status=version["artifact_status"])
+    if not is_entitled(conn, project["id"], app["slug"]):
+        raise ApiError(403, "not_entitled", f"project is not entitled to app {app['slug']}",
+                       {"app_slug": app["slug"]})
+
+    ids = list(dict.fromkeys(body.allocation_ids))
+    found = get_allocations(conn, ids)
+    problems = [rules.reason("allocation.unknown", f"allocation {a} is not held by this project", allocation_id=a)
+                for a in ids if a not in found or found[a]["project_id"] != project["id"]]
+    allocations = [found[a] for a in ids if a in found and found[a]["project_id"] == project["id"]]
+
+    overlay_rows = overlays_for(conn, project["tenant_id"], project["id"])
+    checks = [("artifact_registry", version["artifact_registry"], f"artifact {version['artifact_reference']}")]
+    for a in allocations:
+        subject = f"allocation {a['name']}"
+        checks += [("region", a["region"], subject), ("capacity_shape", a["capacity_shape"], subject)]
+        if any(o["dimension"] == "sku" for o in overlay_rows):
+            checks.append(("sku", a["sku"], subject))
+    denied = policy_rules.violations(overlay_rows, checks)
+    if denied:
+        raise ApiError(403, "policy_denied", "policy overlays refuse this instance", {"reasons": denied})
+
+    requested = [r.model_dump() for r in body.topology]
+    counts, topo_problems = rules.desired_counts(version["adapter"], requested)
+    problems += topo_problems
+    compat = version["compatibility"]
+    for a in allocations:
+        problems += rules.allocation_problems(compat, a)
+    members: list[rules.PlannedMember] = []
+    if not topo_problems and allocations:
+        members, placement_problems = rules.place(counts, requested, allocations)
+        problems += placement_problems
+        problems += rules.topology_problems(compat, members, {a["id"]: a for a in allocations})
+    if problems:
+        raise ApiError(422, "compatibility_refused", "the chosen allocations and topology cannot run this app",
+                       {"reasons": problems})
+
+    runtime = rules.decide_runtime(app, body.operating_mode, body.control_plane_scope)
+    used = {m.allocation_id for m in members} or {allocations[0]["id"]}
+    shapes = sorted({a["capacity_shape"] for a in allocations if a["id"] in used})
+    topology = {"roles": [{"name": n, "desired_count": c} for n, c in counts.items()]}
+    instance = conn.execute(
+        """INSERT INTO app_instances (tenant_id, project_id, name, app_slug, app_version_id, operating_mode,
+               operating_mode_hint, control_plane_scope, runtime_backend, tenant_boundary_mode,
+               bound_capacity_shape, topology, labels, created_by)
+           VALUES (%s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s) RETURNING *""",
+        (project["tenant_id"], project["id"], body.name, app["slug"], version["id"], runtime.operating_mode,
+         body.operating_mode, runtime.control_plane_scope, runtime.runtime_backend, runtime.tenant_boundary_mode,
+         "+".join(shapes), Jsonb(topology), Jsonb(body.labels), actor.id),
+    ).fetchone()
+    with conn.cursor() as cur:
+        cur.executemany(
+            """INSERT INTO app_instance_members (instance_id, role, allocation_id, host_name, node_name,
+                   last_correlation_id) VALUES (%s, %s, %s, %s, %s, %s)""",
+            [(instance["id"], m.role, m.allocation_id, m.host_name, m.node_name, None) for m in members],
+        )
+    audit.append_event(conn, instance, "apps.instance.requested", {
+        "app_version": version["version"], "artifact_reference": version["artifact_reference"],
+        "topology": topology, "allocation_ids": [str(a) for a in ids], "decisions": list(runtime.notes),
+        "hints": {"operating_mode": body.operating_mode, "control_plane_scope": body.control_plane_scope},
+    })
+    audit.record(conn, actor, "apps.instance.create", "app_instance", instance["id"],
+                 after={"name": body.name, "app_version": version["version"], "topology": topology},
+                 context=audit.instance_context(instance))
+    return get_instance_view(conn, instance["id"])
+
+
+def transition_instance(conn: psycopg.Connection, instance_id: UUID, target: str, *, reason: str,
+                        actor: Principal = SYSTEM, correlation_id: str | None = None,
+                        break_glass: bool = False, payload: dict | None = None) -> dict:
+    """Move an instance to `target` if the move is legal; appends the lifecycle event (and an audit row
+    when a person caused it). Locks the instance row, so concurrent workers serialize here."""
+    before = get_instance(conn, instance_id, lock=True)
+    rules.check_transition(rules.INSTANCE_TRANSITIONS, "instance", before["status"], target)
+    after = conn.execute(
+        """UPDATE app_instances SET status = %s, status_reason = %s, updated_at = now()
+            WHERE id = %s RETURNING *""",
+        (target, reason, instance_id),
+    ).fetchone()
+    audit.append_event(conn, after, rules.INSTANCE_EVENT[target],
+                       {"from": before["status"], "to": target, "reason": reason, **(payload or {})},
+                       correlation_id=correlation_id)
+    if actor.kind != "system":
+        audit.record(conn, actor, "apps.instance.transition", "app_instance", instance_id,
+                     before={"status": before["status"]}, after={"status": target}, reason=reason,
+                     break_glass=break_glass, context=audit.instance_context(after),
+                     correlation_id=correlation_id)
+    return after
+
+
+def get_member(conn: psycopg.Connection, instance_id: UUID, member_id: UUID) -> dict:
+    row = conn.execute(MEMBER_SELECT + " WHERE m.id = %s AND m.instance_id = %s", (member_id, instance_id)).fetchone()
+    if row is None:
+        raise not_found("member", member_id)
+    return row
+
+
+def list_members(conn: psycopg.Connection, instance_id: UUID, *, role: str | None = None,
+                 status: str | None = None, after: int | None = None, limit: int = 100):
+    rows = conn.execute(
+        MEMBER_SELECT + """
+         WHERE m.instance_id = %(iid)s AND (%(role)s::text IS NULL OR m.role = %(role)s)
+           AND (%(status)s::text IS NULL OR m.status = %(status)s) AND m.seq > %(after)s
+         ORDER BY m.seq LIMIT %(limit)s""",
+        {"iid": instance_id, "role": role, "status": status, "after": after or 0, "limit": limit + 1},
+    ).fetchall()
+    return page_of(rows, limit)
+
+
+def set_member_status(conn: psycopg.Connection, member_id: UUID, target: str, *, reason: str = "",
+                      actor: Principal = SYSTEM, correlation_id: str | None = None,
+                      payload: dict | None = None) -> dict:
+    """Move a member through its lifecycle (legal moves only) and append the matching timeline event."""
+    before = conn.execute("SELECT * FROM app_instance_members WHERE id = %s FOR UPDATE", (member_id,)).fetchone()
+    if before is None:
+        raise not_found("member", member_id)
+    rules.check_transition(rules.MEMBER_TRANSITIONS, "member", before["status"], target)
+    instance = get_instance(conn, before["instance_id"], include_deleted=True)
+    event = audit.append_event(conn, instance, rules.member_event(before["status"], target),
+                               {"member_id": str(member_id), "role": before["role"], "node_name": before["node_name"],
+                                "from": before["status"], "to": target, "reason": reason, **(payload or {})},
+                               member_id=member_id, correlation_id=correlation_id)
+    after = conn.execute(
+        """UPDATE app_instance_members SET status = %s, status_reason = %s, last_correlation_id = %s,
+               updated_at = now() WHERE id = %s RETURNING *""",
+        (target, reason, event["correlation_id"], member_id),
+    ).fetchone()
+    if actor.kind != "system":
+        audit.record(conn, actor, "apps.member.transition", "member", member_id, before={"status": before["status"]},
+                     after={"status": target}, reason=reason, context=audit.instance_context(instance),
+                     correlation_id=correlation_id)
+    return after
+
+
+def add_member(conn: psycopg.Connection, actor: Principal, instance_id: UUID, role: str, allocation_id: UUID,
+               host_name: str | None = None, *, correlation_id: str | None = None) -> dict:
+    """Add one pending member for `role` on an allocation host, within the adapter's max and the
+    compatibility rules. The member starts `pending`; a run (issue 4) makes it join."""
+    instance = get_instance(conn, instance_id, lock=True)
+    if instance["status"] in ("stopping", "stopped"):
+        raise conflict("instance_not_operable", f"instance is {instance['status']}", status=instance["status"])
+    version = conn.execute("SELECT compatibility, adapter FROM app_versions WHERE id = %s",
+                           (instance["app_version_id"],)).fetchone()
+    spec = next((r for r in version["adapter"]["roles"] if r["name"] == role), None)
+    if spec is None:
+        raise unprocessable("unknown_role", f"role {role!r} is not defined by the app adapter", role=role)
+    live = conn.execute(
+        """SELECT m.allocation_id, m.host_name, m.role FROM app_instance_members m
+            WHERE m.instance_id = %s AND m.status <> 'removed'""", (instance_id,)).fetchall()
+    if sum(1 for m in live if m["role"] == role) >= spec["max"]:
+        raise conflict("role_at_max", f"role {role} already has its maximum of {spec['max']} members", role=role)
+    allocations = get_allocations(conn, [allocation_id] + [m["allocation_id"] for m in live])
+    allocation = allocations.get(allocation_id)
+    if allocation is None or allocation["project_id"] != instance["project_id"]:
+        raise unprocessable("allocation.unknown", f"allocation {allocation_id} is not held by this project")
+    taken = {m["host_name"] for m in live if m["role"] == role and m["allocation_id"] == allocation_id}
+    names = [h["name"] for h in allocation["hosts"]]
+    if host_name is None:
+        host_name = next((h for h in names if h not in taken), None)
+        if host_name is None:
+            raise conflict("no_free_host", f"every host of allocation {allocation['name']} already has a {role}")
+    elif host_name not in names:
+        raise unprocessable("placement.host", f"host {host_name} is not in allocation {allocation['name']}")
+    elif host_name in taken:
+        raise conflict("host_taken", f"host {host_name} already has a live {role} member")
+    planned = [rules.PlannedMember(m["role"], m["allocation_id"], m["host_name"]) for m in live]
+    planned.append(rules.PlannedMember(role, allocation_id, host_name))
+    problems = rules.allocation_problems(version["compatibility"], allocation)
+    problems += rules.topology_problems(version["compatibility"], planned, allocations)
+    if problems:
+        raise ApiError(422, "compatibility_refused", "this member cannot join the instance", {"reasons": problems})
+    member = conn.execute(
+        """INSERT INTO app_instance_members (instance_id, role, allocation_id, host_name, node_name)
+           VALUES (%s, %s, %s, %s, %s) RETURNING *""",
+        (instance_id, role, allocation_id, host_name, host_name),
+    ).fetchone()
+    topology = instance["topology"]
+    for r in topology["roles"]:
+        if r["name"] == role:
+            r["desired_count"] += 1
+    conn.execute("UPDATE app_instances SET topology = %s, updated_at = now() WHERE id = %s",
+                 (Jsonb(topology), instance_id))
+    audit.append_event(conn, instance, "member_add_requested",
+                       {"member_id": str(member["id"]), "role": role, "node_name": host_name,
+                        "allocation_id": str(allocation_id)}, member_id=member["id"], correlation_id=correlation_id)
+    audit.record(conn, actor, "apps.member.add", "member", member["id"], after={"role": role, "host_name": host_name},
+                 context=audit.instance_context(instance), correlation_id=correlation_id)
+    return member
+
+
+def update_instance(conn: psycopg.Connection, actor: Principal, instance_id: UUID, labels: dict) -> dict:
+    before = get_instance(conn, instance_id, lock=True)
+    conn.execute("UPDATE app_instances SET labels = %s, updated_at = now() WHERE id = %s", (Jsonb(labels), instance_id))
+    audit.record(conn, actor, "apps.instance.update", "app_instance", instance_id, before={"labels": before["labels"]},
+                 after={"labels": labels}, context=audit.instance_context(before))
+    return get_instance_view(conn, instance_id)
+
+
+def delete_instance(conn: psycopg.Connection, actor: Principal, instance_id: UUID) -> None:
+    """Delete the record of an instance with nothing running: never started (created) or torn down
+    (stopped). Anything else needs a decommission first, so no runtime is orphaned."""
+    instance = get_instance(conn, instance_id, lock=True)
+    if instance["status"] not in rules.DELETABLE_STATUSES:
+        raise conflict("instance_not_deletable",
+                       f"instance is {instance['status']}; decommission it first (only created or stopped "
+                       "instances can be deleted)", status=instance["status"])
+    for m in conn.execute("SELECT id, status FROM app_instance_members WHERE instance_id = %s AND status <> 'removed'",
+                          (instance_id,)).fetchall():
+        if m["status"] in ("pending", "failed"):
+            set_member_status(conn, m["id"], "removed", reason="instance deleted")
+        else:
+            raise conflict("member_still_live", f"member {m['id']} is {m['status']}; remove it first")
+    conn.execute("UPDATE app_instances SET deleted_at = now(), updated_at = now() WHERE id = %s", (instance_id,))
+    audit.append_event(conn, instance, "apps.instance.deleted", {"status": instance["status"]})
+    audit.record(conn, actor, "apps.instance.delete", "app_instance", instance_id,
+                 before={"status": instance["status"]}, after={"deleted": True},
+                 context=audit.instance_context(instance))
