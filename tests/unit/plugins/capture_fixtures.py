@@ -21,6 +21,7 @@ FIXTURES = Path(__file__).parent / "fixtures"
 ASSOC_FORMAT = "format=Cluster,Account,User,ParentName,Share,GrpTRES,MaxJobs,MaxSubmit,QOS,DefaultQOS"
 ACCOUNT_FORMAT = "format=Account,Description,Organization"
 USER_FORMAT = "format=User,DefaultAccount,Cluster"
+HOSTLIST = "gpu[01-03,07],login1,rack[1-2]-n[8-10],x[009-011]"
 
 
 class Recorder:
@@ -31,8 +32,12 @@ class Recorder:
     def capture(self, name, situation, *cmd):
         proc = self.cluster.run(*cmd, check=False)
         (FIXTURES / f"{name}.txt").write_text(proc.stdout)
-        self.index[name] = {"command": " ".join(cmd), "rc": proc.returncode, "stderr": proc.stderr,
-                            "situation": situation}
+        self.index[name] = {
+            "command": " ".join(cmd),
+            "rc": proc.returncode,
+            "stderr": proc.stderr,
+            "situation": situation,
+        }
         return proc
 
     def do(self, *cmd):
@@ -67,8 +72,16 @@ def capture_nodes(rec):
     job2 = rec.do("sbatch", "--parsable", "-n1", "-o", "/dev/null", "--wrap", "sleep 300").stdout.strip()
     wait_for(lambda: "ALLOCATED" in rec.node_state(), "job 2 running")
     rec.capture("squeue_node_two_jobs", f"jobs {job1} and {job2} running on the node", *jobs)
-    rec.capture("squeue_all_running", "all running jobs with their node lists", "squeue", "-h", "-t",
-                "RUNNING,COMPLETING,SUSPENDED", "-o", "%i|%N")
+    rec.capture(
+        "squeue_all_running",
+        "all running jobs with their node lists",
+        "squeue",
+        "-h",
+        "-t",
+        "RUNNING,COMPLETING,SUSPENDED",
+        "-o",
+        "%i|%N",
+    )
 
     rec.do("scontrol", "update", f"nodename={NODE_NAME}", "state=drain", "reason=gpuaas: maintenance window")
     rec.capture("node_draining_allocated", "drained by gpuaas while two jobs run", *node)
@@ -83,8 +96,13 @@ def capture_nodes(rec):
     rec.capture("node_resumed_not_responding", "right after resume (sinfo shows idle*)", *node)
     wait_for(lambda: "State=IDLE " in rec.node_state(), "node idle after resume")
 
-    rec.do("scontrol", "update", f"nodename={NODE_NAME}", "state=drain",
-           "reason=slinky: gpu xid 79 Reason=looks like a key")
+    rec.do(
+        "scontrol",
+        "update",
+        f"nodename={NODE_NAME}",
+        "state=drain",
+        "reason=slinky: gpu xid 79 Reason=looks like a key",
+    )
     rec.capture("node_drained_foreign", "drained by another system whose reason has a Key= inside", *node)
     rec.do("scontrol", "update", f"nodename={NODE_NAME}", "state=resume")
     wait_for(lambda: "State=IDLE " in rec.node_state(), "node idle after resume")
@@ -93,8 +111,15 @@ def capture_nodes(rec):
     rec.capture("node_down", "set down by gpuaas", *node)
     rec.do("scontrol", "update", f"nodename={NODE_NAME}", "state=drain", "reason=gpuaas: broken gpu")
     rec.capture("node_down_drain", "down, then drained by gpuaas", *node)
-    rec.capture("update_missing_node", "scontrol update on an unknown node", "scontrol", "update",
-                "nodename=nosuch", "state=drain", "reason=gpuaas: x")
+    rec.capture(
+        "update_missing_node",
+        "scontrol update on an unknown node",
+        "scontrol",
+        "update",
+        "nodename=nosuch",
+        "state=drain",
+        "reason=gpuaas: x",
+    )
     rec.do("scontrol", "update", f"nodename={NODE_NAME}", "state=resume")
     wait_for(lambda: "State=IDLE " in rec.node_state(), "node idle after resume")
 
@@ -103,36 +128,135 @@ def capture_accounts(rec):
     assoc = ("sacctmgr", "-P", "-n", "show", "assoc", ASSOC_FORMAT)
     rec.capture("assoc_initial", "fresh cluster: root account and root user only", *assoc)
     rec.do("sacctmgr", "-i", "add", "qos", "high")
-    rec.capture("add_account", "add a new account", "sacctmgr", "-i", "add", "account", "tenant1",
-                "description=tenant one", "organization=acme", "parent=root")
-    rec.capture("add_account_exists", "add an account that exists", "sacctmgr", "-i", "add", "account",
-                "tenant1")
-    rec.capture("add_account_uppercase", "sacctmgr lowercases names and text silently", "sacctmgr", "-i",
-                "add", "account", "ProjUpper", "description=Mixed Case", "organization=Acme Corp")
+    rec.capture(
+        "add_account",
+        "add a new account",
+        "sacctmgr",
+        "-i",
+        "add",
+        "account",
+        "tenant1",
+        "description=tenant one",
+        "organization=acme",
+        "parent=root",
+    )
+    rec.capture(
+        "add_account_exists", "add an account that exists", "sacctmgr", "-i", "add", "account", "tenant1"
+    )
+    rec.capture(
+        "add_account_uppercase",
+        "sacctmgr lowercases names and text silently",
+        "sacctmgr",
+        "-i",
+        "add",
+        "account",
+        "ProjUpper",
+        "description=Mixed Case",
+        "organization=Acme Corp",
+    )
     rec.do("sacctmgr", "-i", "remove", "account", "projupper")
-    rec.do("sacctmgr", "-i", "add", "account", "proj-a", "parent=tenant1", "description=project a",
-           "organization=acme", "fairshare=10", "maxjobs=5", "maxsubmit=20", "grptres=gres/gpu=4,cpu=8",
-           "qos=normal,high", "defaultqos=high")
+    rec.do(
+        "sacctmgr",
+        "-i",
+        "add",
+        "account",
+        "proj-a",
+        "parent=tenant1",
+        "description=project a",
+        "organization=acme",
+        "fairshare=10",
+        "maxjobs=5",
+        "maxsubmit=20",
+        "grptres=gres/gpu=4,cpu=8",
+        "qos=normal,high",
+        "defaultqos=high",
+    )
     rec.do("sacctmgr", "-i", "add", "user", "alice", "account=proj-a")
     rec.do("sacctmgr", "-i", "add", "user", "bob", "account=tenant1")
     rec.do("sacctmgr", "-i", "add", "user", "bob", "account=proj-a")
-    rec.do("sacctmgr", "-i", "modify", "user", "where", "name=bob", "account=proj-a", "set", "maxjobs=2",
-           "fairshare=3")
+    rec.do(
+        "sacctmgr",
+        "-i",
+        "modify",
+        "user",
+        "where",
+        "name=bob",
+        "account=proj-a",
+        "set",
+        "maxjobs=2",
+        "fairshare=3",
+    )
     rec.capture("assoc_tree", "tenant1 > proj-a with limits; alice and bob (two accounts) as users", *assoc)
-    rec.capture("assoc_account", "associations of one account (account row and user rows)", "sacctmgr",
-                "-P", "-n", "show", "assoc", "where", "account=proj-a", ASSOC_FORMAT)
-    rec.capture("assoc_none", "associations of an account that does not exist", "sacctmgr", "-P", "-n",
-                "show", "assoc", "where", "account=nosuch", ASSOC_FORMAT)
+    rec.capture(
+        "assoc_account",
+        "associations of one account (account row and user rows)",
+        "sacctmgr",
+        "-P",
+        "-n",
+        "show",
+        "assoc",
+        "where",
+        "account=proj-a",
+        ASSOC_FORMAT,
+    )
+    rec.capture(
+        "assoc_none",
+        "associations of an account that does not exist",
+        "sacctmgr",
+        "-P",
+        "-n",
+        "show",
+        "assoc",
+        "where",
+        "account=nosuch",
+        ASSOC_FORMAT,
+    )
     rec.capture("accounts", "account rows", "sacctmgr", "-P", "-n", "show", "account", ACCOUNT_FORMAT)
     rec.capture("users", "user rows", "sacctmgr", "-P", "-n", "show", "user", USER_FORMAT)
-    rec.capture("modify_account_unknown_qos", "modify with a QOS that does not exist", "sacctmgr", "-i",
-                "modify", "account", "where", "name=proj-a", "set", "qos=nosuch")
-    rec.capture("modify_account_nothing", "modify an account that does not exist", "sacctmgr", "-i",
-                "modify", "account", "where", "name=nosuch", "set", "maxjobs=3")
-    rec.capture("add_user_unknown_account", "add a user to an account that does not exist", "sacctmgr", "-i",
-                "add", "user", "carol", "account=nosuch")
-    rec.capture("remove_account_cascade", "removing tenant1 also removes proj-a and its users", "sacctmgr",
-                "-i", "remove", "account", "where", "name=tenant1")
+    rec.capture(
+        "modify_account_unknown_qos",
+        "modify with a QOS that does not exist",
+        "sacctmgr",
+        "-i",
+        "modify",
+        "account",
+        "where",
+        "name=proj-a",
+        "set",
+        "qos=nosuch",
+    )
+    rec.capture(
+        "modify_account_nothing",
+        "modify an account that does not exist",
+        "sacctmgr",
+        "-i",
+        "modify",
+        "account",
+        "where",
+        "name=nosuch",
+        "set",
+        "maxjobs=3",
+    )
+    rec.capture(
+        "add_user_unknown_account",
+        "add a user to an account that does not exist",
+        "sacctmgr",
+        "-i",
+        "add",
+        "user",
+        "carol",
+        "account=nosuch",
+    )
+    rec.capture(
+        "remove_account_cascade",
+        "removing tenant1 also removes proj-a and its users",
+        "sacctmgr",
+        "-i",
+        "remove",
+        "account",
+        "where",
+        "name=tenant1",
+    )
     rec.capture("assoc_after_cascade", "after removing tenant1", *assoc)
 
 
@@ -150,6 +274,14 @@ def main():
             capture_nodes(rec)
             capture_accounts(rec)
             rec.capture("version", "client version", "scontrol", "--version")
+            rec.capture(
+                "hostnames",
+                "Slurm's own host list expansion, to check ours against",
+                "scontrol",
+                "show",
+                "hostnames",
+                HOSTLIST,
+            )
         finally:
             cluster.stop()
     (FIXTURES / "index.json").write_text(json.dumps(rec.index, indent=2, sort_keys=True) + "\n")

@@ -22,8 +22,19 @@ import sys
 import time
 from pathlib import Path
 
-BINARIES = ("munged", "mariadbd", "mariadb-install-db", "mariadb", "slurmdbd", "slurmctld", "slurmd",
-            "scontrol", "sacctmgr", "squeue", "sbatch")
+BINARIES = (
+    "munged",
+    "mariadbd",
+    "mariadb-install-db",
+    "mariadb",
+    "slurmdbd",
+    "slurmctld",
+    "slurmd",
+    "scontrol",
+    "sacctmgr",
+    "squeue",
+    "sbatch",
+)
 CLUSTER_NAME = "gpuaas-test"
 NODE_NAME = "gpu01"
 DB_PASSWORD = "slurm-test-only"  # a throwaway database that only listens on loopback for this test
@@ -33,8 +44,11 @@ def missing_requirements():
     """Why a private cluster cannot start here ("" when it can)."""
     missing = [b for b in BINARIES if shutil.which(b) is None and not Path("/usr/sbin", b).exists()]
     if missing:
-        return ("not installed: " + ", ".join(missing)
-                + " (apt-get install slurm-wlm slurmdbd munge mariadb-server)")
+        return (
+            "not installed: "
+            + ", ".join(missing)
+            + " (apt-get install slurm-wlm slurmdbd munge mariadb-server)"
+        )
     if os.geteuid() != 0:
         return "needs root (slurmd runs jobs as their submitting user)"
     return ""
@@ -95,70 +109,133 @@ class Cluster:
         key.write_bytes(os.urandom(1024))
         key.chmod(0o400)
         sock = self.root / "munge" / "munge.socket"
-        pid = self._spawn("munged", "-F", "--force", f"--key-file={key}", f"--socket={sock}",
-                          f"--pid-file={self.root / 'munge' / 'munged.pid'}",
-                          f"--seed-file={self.root / 'munge' / 'munged.seed'}",
-                          f"--log-file={self.root / 'log' / 'munged.log'}")
+        pid = self._spawn(
+            "munged",
+            "-F",
+            "--force",
+            f"--key-file={key}",
+            f"--socket={sock}",
+            f"--pid-file={self.root / 'munge' / 'munged.pid'}",
+            f"--seed-file={self.root / 'munge' / 'munged.seed'}",
+            f"--log-file={self.root / 'log' / 'munged.log'}",
+        )
         self._wait(sock.exists, "munge socket")
         return pid
 
     def _start_mariadb(self, port):
         datadir = self.root / "db"
         sock = self.root / "run" / "mysqld.sock"
-        subprocess.run([_binary("mariadb-install-db"), f"--datadir={datadir}", "--user=root",
-                        "--auth-root-authentication-method=socket", "--skip-test-db"],
-                       check=True, capture_output=True, timeout=120)
-        pid = self._spawn("mariadbd", "--no-defaults", f"--datadir={datadir}", f"--socket={sock}",
-                          f"--port={port}", "--bind-address=127.0.0.1", "--user=root",
-                          f"--pid-file={self.root / 'run' / 'mysqld.pid'}",
-                          "--innodb-buffer-pool-size=64M", "--skip-log-bin")
+        subprocess.run(
+            [
+                _binary("mariadb-install-db"),
+                f"--datadir={datadir}",
+                "--user=root",
+                "--auth-root-authentication-method=socket",
+                "--skip-test-db",
+            ],
+            check=True,
+            capture_output=True,
+            timeout=120,
+        )
+        pid = self._spawn(
+            "mariadbd",
+            "--no-defaults",
+            f"--datadir={datadir}",
+            f"--socket={sock}",
+            f"--port={port}",
+            "--bind-address=127.0.0.1",
+            "--user=root",
+            f"--pid-file={self.root / 'run' / 'mysqld.pid'}",
+            "--innodb-buffer-pool-size=64M",
+            "--skip-log-bin",
+        )
         self._wait(sock.exists, "mariadb socket")
-        sql = (f"CREATE USER 'slurm'@'127.0.0.1' IDENTIFIED BY '{DB_PASSWORD}';"
-               "GRANT ALL ON slurm_acct_db.* TO 'slurm'@'127.0.0.1';")
+        sql = (
+            f"CREATE USER 'slurm'@'127.0.0.1' IDENTIFIED BY '{DB_PASSWORD}';"
+            "GRANT ALL ON slurm_acct_db.* TO 'slurm'@'127.0.0.1';"
+        )
         subprocess.run([_binary("mariadb"), f"--socket={sock}", "-uroot", "-e", sql], check=True, timeout=60)
         return pid
 
     def _write_configs(self, ports):
         r = self.root
         auth = f"AuthInfo=socket={r / 'munge' / 'munge.socket'}"
-        (r / "etc" / "slurmdbd.conf").write_text("\n".join([
-            "AuthType=auth/munge", auth, "DbdHost=localhost", "DbdAddr=127.0.0.1", f"DbdPort={ports['dbd']}",
-            "SlurmUser=root", f"LogFile={r / 'log' / 'slurmdbd.log'}",
-            f"PidFile={r / 'run' / 'slurmdbd.pid'}",
-            "StorageType=accounting_storage/mysql", "StorageHost=127.0.0.1", f"StoragePort={ports['mysql']}",
-            "StorageUser=slurm", f"StoragePass={DB_PASSWORD}", "StorageLoc=slurm_acct_db", "",
-        ]))
+        (r / "etc" / "slurmdbd.conf").write_text(
+            "\n".join(
+                [
+                    "AuthType=auth/munge",
+                    auth,
+                    "DbdHost=localhost",
+                    "DbdAddr=127.0.0.1",
+                    f"DbdPort={ports['dbd']}",
+                    "SlurmUser=root",
+                    f"LogFile={r / 'log' / 'slurmdbd.log'}",
+                    f"PidFile={r / 'run' / 'slurmdbd.pid'}",
+                    "StorageType=accounting_storage/mysql",
+                    "StorageHost=127.0.0.1",
+                    f"StoragePort={ports['mysql']}",
+                    "StorageUser=slurm",
+                    f"StoragePass={DB_PASSWORD}",
+                    "StorageLoc=slurm_acct_db",
+                    "",
+                ]
+            )
+        )
         (r / "etc" / "slurmdbd.conf").chmod(0o600)
         # Two pretend GPUs: a gpu GRES needs device files, and these two exist everywhere.
-        (r / "etc" / "gres.conf").write_text(f"AutoDetect=off\nNodeName={NODE_NAME} Name=gpu File=/dev/null\n"
-                                             f"NodeName={NODE_NAME} Name=gpu File=/dev/zero\n")
-        self.conf.write_text("\n".join([
-            f"ClusterName={CLUSTER_NAME}", "SlurmctldHost=localhost(127.0.0.1)",
-            f"SlurmctldPort={ports['ctld']}", f"SlurmdPort={ports['slurmd']}",
-            "AuthType=auth/munge", "CredType=cred/munge", auth,
-            "SlurmUser=root", "SlurmdUser=root",
-            f"StateSaveLocation={r / 'spool' / 'ctld'}", f"SlurmdSpoolDir={r / 'spool' / 'd'}",
-            f"SlurmctldPidFile={r / 'run' / 'slurmctld.pid'}", f"SlurmdPidFile={r / 'run' / 'slurmd.pid'}",
-            f"SlurmctldLogFile={r / 'log' / 'slurmctld.log'}", f"SlurmdLogFile={r / 'log' / 'slurmd.log'}",
-            # FACTS.md: proctrack/cgroup cannot start here; production keeps it.
-            "ProctrackType=proctrack/linuxproc", "TaskPlugin=task/none",
-            "JobAcctGatherType=jobacct_gather/none",
-            "SchedulerType=sched/backfill", "SelectType=select/cons_tres", "SelectTypeParameters=CR_Core",
-            "ReturnToService=2", "MpiDefault=none", "MailProg=/bin/true", "GresTypes=gpu",
-            "AccountingStorageType=accounting_storage/slurmdbd", "AccountingStorageHost=127.0.0.1",
-            f"AccountingStoragePort={ports['dbd']}", f"AccountingStoragePass={r / 'munge' / 'munge.socket'}",
-            "AccountingStorageEnforce=associations", "AccountingStorageTRES=gres/gpu",
-            f"NodeName={NODE_NAME} NodeAddr=127.0.0.1 NodeHostname={socket.gethostname()} CPUs=2 "
-            "RealMemory=1000 Gres=gpu:2 Feature=a100,test State=UNKNOWN",
-            f"PartitionName=gpu Nodes={NODE_NAME} Default=YES MaxTime=1-00:00:00 State=UP",
-            f"PartitionName=debug Nodes={NODE_NAME} MaxTime=30:00 State=UP",
-            "",
-        ]))
+        (r / "etc" / "gres.conf").write_text(
+            f"AutoDetect=off\nNodeName={NODE_NAME} Name=gpu File=/dev/null\n"
+            f"NodeName={NODE_NAME} Name=gpu File=/dev/zero\n"
+        )
+        self.conf.write_text(
+            "\n".join(
+                [
+                    f"ClusterName={CLUSTER_NAME}",
+                    "SlurmctldHost=localhost(127.0.0.1)",
+                    f"SlurmctldPort={ports['ctld']}",
+                    f"SlurmdPort={ports['slurmd']}",
+                    "AuthType=auth/munge",
+                    "CredType=cred/munge",
+                    auth,
+                    "SlurmUser=root",
+                    "SlurmdUser=root",
+                    f"StateSaveLocation={r / 'spool' / 'ctld'}",
+                    f"SlurmdSpoolDir={r / 'spool' / 'd'}",
+                    f"SlurmctldPidFile={r / 'run' / 'slurmctld.pid'}",
+                    f"SlurmdPidFile={r / 'run' / 'slurmd.pid'}",
+                    f"SlurmctldLogFile={r / 'log' / 'slurmctld.log'}",
+                    f"SlurmdLogFile={r / 'log' / 'slurmd.log'}",
+                    # FACTS.md: proctrack/cgroup cannot start here; production keeps it.
+                    "ProctrackType=proctrack/linuxproc",
+                    "TaskPlugin=task/none",
+                    "JobAcctGatherType=jobacct_gather/none",
+                    "SchedulerType=sched/backfill",
+                    "SelectType=select/cons_tres",
+                    "SelectTypeParameters=CR_Core",
+                    "ReturnToService=2",
+                    "MpiDefault=none",
+                    "MailProg=/bin/true",
+                    "GresTypes=gpu",
+                    "AccountingStorageType=accounting_storage/slurmdbd",
+                    "AccountingStorageHost=127.0.0.1",
+                    f"AccountingStoragePort={ports['dbd']}",
+                    f"AccountingStoragePass={r / 'munge' / 'munge.socket'}",
+                    "AccountingStorageEnforce=associations",
+                    "AccountingStorageTRES=gres/gpu",
+                    f"NodeName={NODE_NAME} NodeAddr=127.0.0.1 NodeHostname={socket.gethostname()} CPUs=2 "
+                    "RealMemory=1000 Gres=gpu:2 Feature=a100,test State=UNKNOWN",
+                    f"PartitionName=gpu Nodes={NODE_NAME} Default=YES MaxTime=1-00:00:00 State=UP",
+                    f"PartitionName=debug Nodes={NODE_NAME} MaxTime=30:00 State=UP",
+                    "",
+                ]
+            )
+        )
 
     def _spawn(self, name, *args):
         log = open(self.root / "log" / f"{name}.stdout", "ab")  # noqa: SIM115 - handed to the child
-        proc = subprocess.Popen([_binary(name), *args], env=self.env, stdout=log, stderr=subprocess.STDOUT,
-                                start_new_session=True)
+        proc = subprocess.Popen(
+            [_binary(name), *args], env=self.env, stdout=log, stderr=subprocess.STDOUT, start_new_session=True
+        )
         log.close()
         time.sleep(0.2)
         if proc.poll() is not None:

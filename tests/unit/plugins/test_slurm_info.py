@@ -1,0 +1,56 @@
+"""slurm_info on recorded output."""
+
+from ansible_collections.gpuaas.apps.plugins.modules import slurm_info
+from slurm_fixtures import ReplaySlurm, recorded, run_module
+
+
+def test_info_from_recorded_cluster():
+    slurm = ReplaySlurm(
+        {
+            ("scontrol", "config"): [recorded("config")],
+            ("scontrol", "partition"): [recorded("partitions")],
+            ("scontrol", "node"): [recorded("nodes_all_mixed")],
+            ("squeue",): [recorded("squeue_all_running")],
+        }
+    )
+    result = run_module(slurm_info.main, {}, slurm).result
+    assert result["changed"] is False
+    assert result["cluster"] == "gpuaas-test" and result["slurm_version"] == "22.05.8"
+    assert result["partitions"] == [
+        {
+            "name": "gpu",
+            "nodes": ["gpu01"],
+            "state": "UP",
+            "default": True,
+            "max_time": "1-00:00:00",
+            "total_cpus": 2,
+        },
+        {
+            "name": "debug",
+            "nodes": ["gpu01"],
+            "state": "UP",
+            "default": False,
+            "max_time": "00:30:00",
+            "total_cpus": 2,
+        },
+    ]
+    assert result["nodes"] == [
+        {
+            "name": "gpu01",
+            "state": "MIXED",
+            "cpus": 2,
+            "real_memory": 1000,
+            "gres": "gpu:2",
+            "features": ["a100", "test"],
+            "reason": "",
+            "reason_owner": None,
+            "partitions": ["gpu", "debug"],
+            "running_jobs": 2,
+            "drained": False,
+        },
+    ]
+
+
+def test_jobs_per_node_expands_host_lists():
+    rows = [{"job_id": "5", "nodes": "gpu[01-02]"}, {"job_id": "6", "nodes": "gpu02"}]
+    assert slurm_info.jobs_per_node(rows) == {"gpu01": ["5"], "gpu02": ["5", "6"]}
