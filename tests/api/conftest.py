@@ -5,6 +5,8 @@ from __future__ import annotations
 
 import itertools
 import uuid
+from contextlib import contextmanager
+from dataclasses import dataclass
 
 import psycopg
 import pytest
@@ -33,14 +35,23 @@ def pg_uri(tmp_path_factory):
     server.cleanup()
 
 
-@pytest.fixture
-def db_url(pg_uri):
+@contextmanager
+def fresh_database(pg_uri: str):
+    """A new database cloned from the migrated template; dropped afterwards."""
     name = f"t_{next(_counter)}_{uuid.uuid4().hex[:8]}"
     with psycopg.connect(pg_uri, autocommit=True) as conn:
         conn.execute(f"CREATE DATABASE {name} TEMPLATE {TEMPLATE}")
-    yield make_conninfo(pg_uri, dbname=name)
-    with psycopg.connect(pg_uri, autocommit=True) as conn:
-        conn.execute(f"DROP DATABASE {name} WITH (FORCE)")
+    try:
+        yield make_conninfo(pg_uri, dbname=name)
+    finally:
+        with psycopg.connect(pg_uri, autocommit=True) as conn:
+            conn.execute(f"DROP DATABASE {name} WITH (FORCE)")
+
+
+@pytest.fixture
+def db_url(pg_uri):
+    with fresh_database(pg_uri) as url:
+        yield url
 
 
 @pytest.fixture
@@ -65,3 +76,24 @@ def client(app):
 @pytest.fixture
 def world(client, database) -> World:
     return build_world(client, database)
+
+
+@dataclass
+class Shared:
+    """One world for a whole test module (matrix and schemathesis runs), on its own database."""
+    world: World
+    database: dbmod.Database
+    app: object
+
+
+@pytest.fixture(scope="module")
+def shared(pg_uri):
+    with fresh_database(pg_uri) as url:
+        database = dbmod.Database(url, min_size=1, max_size=4)
+        database.open()
+        app = create_app(database)
+        try:
+            with TestClient(app, raise_server_exceptions=False) as client:
+                yield Shared(build_world(client, database), database, app)
+        finally:
+            database.close()

@@ -24,7 +24,7 @@ PROJECT_READ = frozenset({
 })
 SERVICE_ACCOUNT_ADMIN = frozenset({
     "iam.service_account.create", "iam.service_account.read", "iam.service_account.delete",
-    "iam.token.create", "iam.token.revoke",
+    "iam.service_account.token.create", "iam.token.revoke",
     "iam.role_binding.create", "iam.role_binding.read", "iam.role_binding.delete",
 })
 
@@ -55,7 +55,7 @@ ROLES: dict[str, Role] = {r.name: r for r in [
          "Manages projects, users, service accounts, policy overlays and app instances in one tenant.",
          PROJECT_READ | APPS_INSTANCE_ALL | SCHEDULER_ALL | SERVICE_ACCOUNT_ADMIN | frozenset({
              "iam.tenant.read", "iam.project.create", "iam.user.create", "iam.user.read",
-             "policy.overlay.write", "audit.read",
+             "iam.token.create", "policy.overlay.write", "audit.read",
          })),
     Role("project_admin", "project", "user",
          "Manages app instances, topology, service accounts and overlays inside one project.",

@@ -259,7 +259,7 @@ def disable_service_account(project_id: UUID, sa_id: UUID, caller: Caller, db: D
 def create_service_account_token(project_id: UUID, sa_id: UUID, body: TokenCreate, caller: Caller, db: DB):
     with db.transaction() as conn:
         project = service.get_project(conn, project_id)
-        caller.require("iam.token.create", tenant_id=project["tenant_id"], project_id=project_id)
+        caller.require("iam.service_account.token.create", tenant_id=project["tenant_id"], project_id=project_id)
         sa = service.get_service_account(conn, sa_id, project_id)
         if sa["disabled"]:
             raise not_found("service_account", sa_id)

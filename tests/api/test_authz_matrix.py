@@ -1,0 +1,286 @@
+"""Every route × every actor: anonymous; platform admin; tenant admin of this and of another tenant;
+project admin, project member and service account of this and of another project. Targets live in
+tenant A / project A1; the "other" project is A2 (same tenant), the other tenant is B. An allowed call
+must succeed (2xx); a denied call must be 401 (anonymous) or 403 — never a 404 or a 5xx."""
+
+from __future__ import annotations
+
+import itertools
+import uuid
+from dataclasses import dataclass
+from typing import Any, Callable
+
+import pytest
+
+from gpuaas_api import db as dbmod
+from gpuaas_api.app import create_app
+
+from .world import ACTORS, DIGEST, SLURM_ADAPTER, SLURM_COMPAT, World, create_instance
+
+AUTHENTICATED = set(ACTORS) - {"anonymous"}
+EVERYONE = set(ACTORS)
+PA, TA, PADM, PM, SA = "platform_admin", "tenant_admin", "project_admin", "project_member", "service_account"
+PROJECT_READERS = {TA, PADM, PM, SA}  # apps.instance.read in project A1
+_seq = itertools.count()
+
+
+def uniq(prefix: str) -> str:
+    return f"{prefix}-{next(_seq)}"
+
+
+@dataclass
+class Ctx:
+    w: World
+    database: dbmod.Database
+
+    @property
+    def ids(self):
+        return self.w.ids
+
+    def sql(self, query: str, params=()) -> dict | None:
+        with self.database.transaction() as conn:
+            return conn.execute(query, params).fetchone()
+
+    def fresh_user(self) -> str:
+        return str(self.sql("INSERT INTO users (tenant_id, email, display_name) VALUES (%s, %s, 'x') RETURNING id",
+                            (self.ids["tenant_a"], f"{uniq('u')}@example.com"))["id"])
+
+    def fresh_sa(self) -> str:
+        return str(self.sql("""INSERT INTO service_accounts (tenant_id, project_id, name) VALUES (%s, %s, %s)
+                               RETURNING id""", (self.ids["tenant_a"], self.ids["project_a1"], uniq("sa")))["id"])
+
+    def fresh_app(self) -> str:
+        slug = uniq("app")
+        self.sql("""INSERT INTO app_manifests (slug, display_name, runtime_backend, operating_modes)
+                    VALUES (%s, %s, 'oci', '{tenant_dedicated}') RETURNING slug""", (slug, slug))
+        return slug
+
+    def fresh_artifact(self) -> str:
+        return self.w.call(PA, "POST", "/v1/catalog/apps/slurm/artifacts", 201, json={
+            "kind": "oci", "reference": f"registry.example.com/x/{uniq('a')}@{DIGEST}"}).json()["id"]
+
+    def fresh_version(self) -> str:
+        version = uniq("2.0")
+        self.w.call(PA, "POST", "/v1/catalog/apps/slurm/versions", 201, json={
+            "version": version, "artifact_id": self.active_artifact(), "compatibility": SLURM_COMPAT,
+            "adapter": SLURM_ADAPTER})
+        return version
+
+    def active_artifact(self) -> str:
+        return str(self.sql("SELECT id FROM artifacts WHERE status = 'active' LIMIT 1")["id"])
+
+    def fresh_instance(self) -> str:
+        return create_instance(self.w, PADM, "project_a1", uniq("inst"), "alloc_a1", workers=1)["id"]
+
+    def fresh_user_token(self) -> str:
+        return self.w.call(PA, "POST", f"/v1/users/{self.ids['user_project_member']}/tokens", 201,
+                           json={"name": "t"}).json()["id"]
+
+    def clear_overlay(self, dimension: str) -> str:
+        self.sql("DELETE FROM policy_overlays WHERE project_id = %s AND dimension = %s RETURNING id",
+                 (self.ids["project_a1"], dimension))
+        return dimension
+
+    def fresh_overlay(self, dimension: str) -> str:
+        self.clear_overlay(dimension)
+        return str(self.sql("""INSERT INTO policy_overlays (scope_kind, tenant_id, project_id, dimension, effect,
+                                   "values") VALUES ('project', %s, %s, %s, 'deny', %s) RETURNING id""",
+                            (self.ids["tenant_a"], self.ids["project_a1"], dimension, ["x"]))["id"])
+
+    def member_id(self) -> str:
+        return str(self.sql("SELECT id FROM app_instance_members WHERE instance_id = %s LIMIT 1",
+                            (self.ids["instance_a1"],))["id"])
+
+
+Request = tuple[str, str, dict[str, Any]]  # method, url, request kwargs
+
+
+@dataclass
+class Case:
+    route: tuple[str, str]  # (method, path template) as registered in the app
+    allowed: set[str]
+    build: Callable[[Ctx, str], Request]
+
+
+def c(method: str, path: str, allowed: set[str], build: Callable[[Ctx, str], Request] | None = None) -> Case:
+    """A case whose URL is the template with ids filled from the world, unless `build` says otherwise."""
+    def default(ctx: Ctx, actor: str) -> Request:
+        return method, path.format(**ctx.ids), {}
+    return Case((method, path), allowed, build or default)
+
+
+I = "{instance_a1}"
+CASES: list[Case] = [
+    c("GET", "/healthz", EVERYONE),
+    c("GET", "/readyz", EVERYONE),
+    # caller
+    c("GET", "/v1/me", AUTHENTICATED),
+    c("GET", "/v1/me/tokens", AUTHENTICATED),
+    c("POST", "/v1/me/tokens", AUTHENTICATED, lambda x, a: ("POST", "/v1/me/tokens", {"json": {"name": "mine"}})),
+    c("DELETE", "/v1/me/tokens/{token_id}", AUTHENTICATED, lambda x, a: (
+        "DELETE", "/v1/me/tokens/" + (x.w.call(a, "POST", "/v1/me/tokens", 201, json={"name": "gone"}).json()["id"]
+                                      if a != "anonymous" else str(uuid.uuid4())), {})),
+    c("GET", "/v1/iam/roles", AUTHENTICATED),
+    # tenants, projects, users
+    c("POST", "/v1/tenants", {PA}, lambda x, a: ("POST", "/v1/tenants", {"json": {"name": uniq("t")}})),
+    c("GET", "/v1/tenants", {PA}),
+    c("GET", "/v1/tenants/{tenant_id}", {PA, TA}, lambda x, a: ("GET", f"/v1/tenants/{x.ids['tenant_a']}", {})),
+    c("POST", "/v1/tenants/{tenant_id}/projects", {PA, TA}, lambda x, a: (
+        "POST", f"/v1/tenants/{x.ids['tenant_a']}/projects", {"json": {"name": uniq("p")}})),
+    c("GET", "/v1/tenants/{tenant_id}/projects", {PA, TA},
+      lambda x, a: ("GET", f"/v1/tenants/{x.ids['tenant_a']}/projects", {})),
+    c("GET", "/v1/projects/{project_id}", {PA} | PROJECT_READERS,
+      lambda x, a: ("GET", f"/v1/projects/{x.ids['project_a1']}", {})),
+    c("POST", "/v1/tenants/{tenant_id}/users", {PA, TA}, lambda x, a: (
+        "POST", f"/v1/tenants/{x.ids['tenant_a']}/users", {"json": {"email": f"{uniq('n')}@example.com"}})),
+    c("GET", "/v1/tenants/{tenant_id}/users", {PA, TA},
+      lambda x, a: ("GET", f"/v1/tenants/{x.ids['tenant_a']}/users", {})),
+    c("GET", "/v1/users/{user_id}", {PA, TA, PM},
+      lambda x, a: ("GET", f"/v1/users/{x.ids['user_project_member']}", {})),
+    c("POST", "/v1/users/{user_id}/tokens", {PA, TA}, lambda x, a: (
+        "POST", f"/v1/users/{x.ids['user_project_member']}/tokens", {"json": {"name": "issued"}})),
+    c("DELETE", "/v1/tokens/{token_id}", {PA, TA},
+      lambda x, a: ("DELETE", f"/v1/tokens/{x.fresh_user_token()}", {})),
+    # service accounts
+    c("POST", "/v1/projects/{project_id}/service-accounts", {TA, PADM}, lambda x, a: (
+        "POST", f"/v1/projects/{x.ids['project_a1']}/service-accounts",
+        {"json": {"name": uniq("sa"), "roles": ["sa_viewer"]}})),
+    c("GET", "/v1/projects/{project_id}/service-accounts", {TA, PADM},
+      lambda x, a: ("GET", f"/v1/projects/{x.ids['project_a1']}/service-accounts", {})),
+    c("GET", "/v1/projects/{project_id}/service-accounts/{sa_id}", {TA, PADM}, lambda x, a: (
+        "GET", f"/v1/projects/{x.ids['project_a1']}/service-accounts/{x.ids['sa_service_account']}", {})),
+    c("DELETE", "/v1/projects/{project_id}/service-accounts/{sa_id}", {TA, PADM}, lambda x, a: (
+        "DELETE", f"/v1/projects/{x.ids['project_a1']}/service-accounts/{x.fresh_sa()}", {})),
+    c("POST", "/v1/projects/{project_id}/service-accounts/{sa_id}/tokens", {TA, PADM}, lambda x, a: (
+        "POST", f"/v1/projects/{x.ids['project_a1']}/service-accounts/{x.ids['sa_service_account']}/tokens",
+        {"json": {"name": "more"}})),
+    c("GET", "/v1/projects/{project_id}/service-accounts/{sa_id}/tokens", {TA, PADM}, lambda x, a: (
+        "GET", f"/v1/projects/{x.ids['project_a1']}/service-accounts/{x.ids['sa_service_account']}/tokens", {})),
+    # role bindings
+    c("POST", "/v1/role-bindings", {PA, TA, PADM}, lambda x, a: ("POST", "/v1/role-bindings", {"json": {
+        "principal_kind": "user", "principal_id": x.fresh_user(), "role": "project_member",
+        "project_id": x.ids["project_a1"]}})),
+    c("GET", "/v1/role-bindings", {PA, TA, PADM},
+      lambda x, a: ("GET", "/v1/role-bindings", {"params": {"project_id": x.ids["project_a1"]}})),
+    c("DELETE", "/v1/role-bindings/{binding_id}", {PA, TA, PADM}, lambda x, a: (
+        "DELETE", "/v1/role-bindings/" + str(x.sql(
+            """INSERT INTO role_bindings (principal_kind, principal_id, role, scope_kind, tenant_id, project_id)
+               VALUES ('user', %s, 'project_member', 'project', %s, %s) RETURNING id""",
+            (x.fresh_user(), x.ids["tenant_a"], x.ids["project_a1"]))["id"]), {})),
+    # catalog
+    c("POST", "/v1/catalog/apps", {PA}, lambda x, a: ("POST", "/v1/catalog/apps", {"json": {
+        "slug": uniq("app"), "display_name": "App", "runtime_backend": "oci"}})),
+    c("GET", "/v1/catalog/apps", AUTHENTICATED),
+    c("GET", "/v1/catalog/apps/{slug}", AUTHENTICATED, lambda x, a: ("GET", "/v1/catalog/apps/slurm", {})),
+    c("POST", "/v1/catalog/apps/{slug}/artifacts", {PA}, lambda x, a: (
+        "POST", "/v1/catalog/apps/slurm/artifacts",
+        {"json": {"kind": "oci", "reference": f"registry.example.com/x/{uniq('r')}@{DIGEST}"}})),
+    c("GET", "/v1/catalog/apps/{slug}/artifacts", AUTHENTICATED,
+      lambda x, a: ("GET", "/v1/catalog/apps/slurm/artifacts", {})),
+    c("GET", "/v1/catalog/artifacts/{artifact_id}", AUTHENTICATED,
+      lambda x, a: ("GET", f"/v1/catalog/artifacts/{x.active_artifact()}", {})),
+    c("POST", "/v1/catalog/artifacts/{artifact_id}/transitions", {PA}, lambda x, a: (
+        "POST", f"/v1/catalog/artifacts/{x.fresh_artifact()}/transitions", {"json": {"to": "staged", "reason": "ok"}})),
+    c("POST", "/v1/catalog/apps/{slug}/versions", {PA}, lambda x, a: (
+        "POST", "/v1/catalog/apps/slurm/versions", {"json": {
+            "version": uniq("3.0"), "artifact_id": x.active_artifact(), "compatibility": SLURM_COMPAT,
+            "adapter": SLURM_ADAPTER}})),
+    c("GET", "/v1/catalog/apps/{slug}/versions", AUTHENTICATED,
+      lambda x, a: ("GET", "/v1/catalog/apps/slurm/versions", {})),
+    c("GET", "/v1/catalog/apps/{slug}/versions/{version}", AUTHENTICATED,
+      lambda x, a: ("GET", "/v1/catalog/apps/slurm/versions/1.0.0", {})),
+    c("POST", "/v1/catalog/apps/{slug}/versions/{version}/transitions", {PA}, lambda x, a: (
+        "POST", f"/v1/catalog/apps/slurm/versions/{x.fresh_version()}/transitions",
+        {"json": {"to": "active", "reason": "publish"}})),
+    # entitlements and policy
+    c("POST", "/v1/projects/{project_id}/entitlements", {PA}, lambda x, a: (
+        "POST", f"/v1/projects/{x.ids['project_a1']}/entitlements", {"json": {"app_slug": x.fresh_app()}})),
+    c("GET", "/v1/projects/{project_id}/entitlements", {PA} | PROJECT_READERS,
+      lambda x, a: ("GET", f"/v1/projects/{x.ids['project_a1']}/entitlements", {})),
+    c("DELETE", "/v1/projects/{project_id}/entitlements/{app_slug}", {PA}, lambda x, a: (
+        "DELETE", "/v1/projects/{p}/entitlements/{s}".format(p=x.ids["project_a1"], s=x.sql(
+            "INSERT INTO entitlements (tenant_id, project_id, app_slug) VALUES (%s, %s, %s) RETURNING app_slug",
+            (x.ids["tenant_a"], x.ids["project_a1"], x.fresh_app()))["app_slug"]), {})),
+    c("POST", "/v1/policy/overlays", {PA, TA, PADM}, lambda x, a: (
+        "POST", "/v1/policy/overlays", {"json": {"scope_kind": "project", "project_id": x.ids["project_a1"],
+                                                 "dimension": x.clear_overlay("region"), "effect": "deny",
+                                                 "values": ["us-east-9"]}})),
+    c("GET", "/v1/policy/overlays", {PA} | PROJECT_READERS, lambda x, a: (
+        "GET", "/v1/policy/overlays", {"params": {"scope_kind": "project", "project_id": x.ids["project_a1"]}})),
+    c("DELETE", "/v1/policy/overlays/{overlay_id}", {PA, TA, PADM},
+      lambda x, a: ("DELETE", f"/v1/policy/overlays/{x.fresh_overlay('sku')}", {})),
+    c("GET", "/v1/projects/{project_id}/policy/effective", {PA} | PROJECT_READERS,
+      lambda x, a: ("GET", f"/v1/projects/{x.ids['project_a1']}/policy/effective", {})),
+    # allocations
+    c("POST", "/v1/allocations", {PA}, lambda x, a: ("POST", "/v1/allocations", {"json": {
+        "project_id": x.ids["project_a1"], "name": uniq("al"), "capacity_shape": "gpu_slice", "gpu_count": 1,
+        "region": "eu-west-1", "hosts": [{"name": "h0", "address": "10.77.1.1"}]}})),
+    c("GET", "/v1/projects/{project_id}/allocations", {PA} | PROJECT_READERS,
+      lambda x, a: ("GET", f"/v1/projects/{x.ids['project_a1']}/allocations", {})),
+    c("GET", "/v1/allocations/{allocation_id}", {PA} | PROJECT_READERS,
+      lambda x, a: ("GET", f"/v1/allocations/{x.ids['alloc_a1']}", {})),
+    c("DELETE", "/v1/allocations/{allocation_id}", {PA}, lambda x, a: (
+        "DELETE", "/v1/allocations/" + x.w.call(PA, "POST", "/v1/allocations", 201, json={
+            "project_id": x.ids["project_a1"], "name": uniq("al"), "capacity_shape": "baremetal", "gpu_count": 8,
+            "region": "eu-west-1", "hosts": [{"name": "h0", "address": "10.77.1.2"}]}).json()["id"], {})),
+    # instances
+    c("POST", "/v1/projects/{project_id}/instances", {TA, PADM, SA}, lambda x, a: (
+        "POST", f"/v1/projects/{x.ids['project_a1']}/instances", {"json": {
+            "name": uniq("i"), "app_slug": "slurm", "allocation_ids": [x.ids["alloc_a1"]]}})),
+    c("GET", "/v1/projects/{project_id}/instances", PROJECT_READERS,
+      lambda x, a: ("GET", f"/v1/projects/{x.ids['project_a1']}/instances", {})),
+    c("GET", "/v1/instances/{instance_id}", PROJECT_READERS, lambda x, a: ("GET", f"/v1/instances/{I}".format(**x.ids), {})),
+    c("PATCH", "/v1/instances/{instance_id}", {TA, PADM, SA}, lambda x, a: (
+        "PATCH", f"/v1/instances/{x.ids['instance_a1']}", {"json": {"labels": {"env": "test"}}})),
+    c("DELETE", "/v1/instances/{instance_id}", {TA, PADM, SA},
+      lambda x, a: ("DELETE", f"/v1/instances/{x.fresh_instance()}", {})),
+    c("GET", "/v1/instances/{instance_id}/members", PROJECT_READERS,
+      lambda x, a: ("GET", f"/v1/instances/{x.ids['instance_a1']}/members", {})),
+    c("GET", "/v1/instances/{instance_id}/members/{member_id}", PROJECT_READERS,
+      lambda x, a: ("GET", f"/v1/instances/{x.ids['instance_a1']}/members/{x.member_id()}", {})),
+    c("GET", "/v1/instances/{instance_id}/events", PROJECT_READERS,
+      lambda x, a: ("GET", f"/v1/instances/{x.ids['instance_a1']}/events", {})),
+    # audit
+    c("GET", "/v1/audit", {PA, TA, PADM},
+      lambda x, a: ("GET", "/v1/audit", {"params": {"project_id": x.ids["project_a1"]}})),
+    # break-glass
+    c("GET", "/v1/admin/instances", {PA},
+      lambda x, a: ("GET", "/v1/admin/instances", {"headers": {"X-Break-Glass-Reason": "incident 1234 triage"}})),
+    c("GET", "/v1/admin/instances/{instance_id}", {PA}, lambda x, a: (
+        "GET", f"/v1/admin/instances/{x.ids['instance_a1']}", {"headers": {"X-Break-Glass-Reason": "incident 1234"}})),
+    c("POST", "/v1/admin/instances/{instance_id}/transitions", {PA}, lambda x, a: (
+        "POST", f"/v1/admin/instances/{x.fresh_instance()}/transitions",
+        {"json": {"to": "failed", "reason": "stuck"}, "headers": {"X-Break-Glass-Reason": "incident 1234"}})),
+]
+
+
+@pytest.fixture(scope="module")
+def ctx(shared):
+    return Ctx(shared.world, shared.database)
+
+
+def test_every_route_has_a_case():
+    app = create_app(dbmod.Database("dbname=unused"))
+    registered = {(method.upper(), path) for path, ops in app.openapi()["paths"].items() for method in ops}
+    covered = {case.route for case in CASES}
+    assert registered - covered == set(), "routes without an authorization case"
+    assert covered - registered == set(), "cases for routes that do not exist"
+
+
+@pytest.mark.parametrize("case", CASES, ids=lambda case: f"{case.route[0]} {case.route[1]}")
+def test_authorization_matrix(ctx: Ctx, case: Case):
+    wrong = []
+    for actor in ACTORS:
+        method, url, kwargs = case.build(ctx, actor)
+        headers = ctx.w.headers(actor) | kwargs.pop("headers", {})
+        response = ctx.w.client.request(method, url, headers=headers, **kwargs)
+        status = response.status_code
+        if actor in case.allowed:
+            ok = 200 <= status < 300
+        else:
+            ok = status == (401 if actor == "anonymous" else 403)
+            if ok:
+                assert response.json()["error"]["code"] in ("unauthenticated", "forbidden")
+        if not ok:
+            wrong.append((actor, "allow" if actor in case.allowed else "deny", status, response.text[:200]))
+    assert not wrong, wrong
