@@ -42,12 +42,19 @@ trap 'rm -rf "$work"' EXIT
 dest=$work/ansible_collections/gpuaas/apps
 mkdir -p "$dest"
 
-# Tracked files that still exist in the working tree (a file deleted but not yet committed is skipped).
+# The collection's tracked files (as they are in the working tree; one deleted but not yet committed is
+# skipped). Parts of the repository that galaxy.yml's build_ignore keeps out of the collection (the control
+# service, benchmarks, dev scripts, molecule, CI) are not Ansible content and have their own linters; the
+# collection's tests/ stay in, as ansible-test expects.
 git ls-files -z | "$repo/.venv/bin/python" -c '
-import os, shutil, sys
+import fnmatch, os, shutil, sys
+import yaml
 dest = sys.argv[1]
+ignored = [p for p in yaml.safe_load(open("galaxy.yml")).get("build_ignore", []) if p != "tests"]
+def shipped(path):
+    return not any(fnmatch.fnmatch(path, p) or path.startswith(p.rstrip("/") + "/") for p in ignored)
 for path in sys.stdin.buffer.read().decode().split("\0"):
-    if path and os.path.lexists(path) and not os.path.isdir(path):
+    if path and shipped(path) and os.path.lexists(path) and not os.path.isdir(path):
         target = os.path.join(dest, path)
         os.makedirs(os.path.dirname(target), exist_ok=True)
         shutil.copy2(path, target, follow_symlinks=False)

@@ -22,7 +22,7 @@ description:
     for, so a second run reports no change.
   - Written for Slurm 22.05 (Debian 12); needs slurmdbd.
 author:
-  - gpuaas.apps developers
+  - gpuaas.apps developers (@gpuaas)
 options:
   account:
     description:
@@ -109,8 +109,10 @@ notes:
     counts as in place.
 attributes:
   check_mode:
+    description: Can run in check mode and report what would change without changing anything.
     support: full
   diff_mode:
+    description: Reports what changed (or, in check mode, what would change) when run with --diff.
     support: full
 """
 
@@ -351,6 +353,7 @@ class Snapshot:
 
 def read_snapshot(runner, account, user, cluster):
     where = ["where", "cluster=%s" % cluster] if cluster else []
+
     def show(entity, condition, columns):
         args = ["-P", "-n", "show", entity] + condition + ["format=%s" % ",".join(columns)]
         return parse_parsable(runner.run("sacctmgr", args)[1], columns)

@@ -16,7 +16,7 @@ description:
     and returns the cluster as structured data. Changes nothing.
   - Written for Slurm 22.05 (Debian 12); run it where C(scontrol) reaches the controller.
 author:
-  - gpuaas.apps developers
+  - gpuaas.apps developers (@gpuaas)
 options:
   slurm_conf:
     description:
@@ -24,9 +24,11 @@ options:
     type: path
 attributes:
   check_mode:
+    description: Can run in check mode and report what would change without changing anything.
     support: full
     details: The module only reads.
   diff_mode:
+    description: Reports what changed (or, in check mode, what would change) when run with --diff.
     support: none
 """
 

@@ -25,7 +25,7 @@ description:
   - Written for Slurm 22.05 (Debian 12); run it on a host where C(scontrol) reaches the controller,
     usually the controller itself.
 author:
-  - gpuaas.apps developers
+  - gpuaas.apps developers (@gpuaas)
 options:
   name:
     description: Slurm node name (C(NodeName)).
@@ -83,8 +83,10 @@ notes:
   - Supports check mode (nothing is changed and nothing is waited for) and diff mode (state and reason).
 attributes:
   check_mode:
+    description: Can run in check mode and report what would change without changing anything.
     support: full
   diff_mode:
+    description: Reports what changed (or, in check mode, what would change) when run with --diff.
     support: full
 """
 
