@@ -57,8 +57,10 @@ def build_base(rebuild: bool) -> str:
     with tempfile.TemporaryDirectory(prefix="gpuaas-rootfs-") as tmp:
         rootfs = Path(tmp) / "rootfs"
         print(f"testhosts: debootstrap bookworm into {rootfs} (about a minute)", file=sys.stderr)
-        run(["debootstrap", "--variant=minbase", f"--include={BASE_PACKAGES}", "bookworm", str(rootfs), MIRROR],
-            stdout=subprocess.DEVNULL)
+        run(
+            ["debootstrap", "--variant=minbase", f"--include={BASE_PACKAGES}", "bookworm", str(rootfs), MIRROR],
+            stdout=subprocess.DEVNULL,
+        )
         (rootfs / "etc/apt/sources.list").write_text(
             f"deb {MIRROR} bookworm main\ndeb {MIRROR} bookworm-updates main\n"
             "deb http://deb.debian.org/debian-security bookworm-security main\n"
@@ -85,8 +87,11 @@ def build_base(rebuild: bool) -> str:
         os.symlink("/etc/systemd/system/ssh-keygen-once.service", wants / "ssh-keygen-once.service")
         (rootfs / "root/.ssh").mkdir(mode=0o700, exist_ok=True)
         tar = subprocess.Popen(["tar", "-C", str(rootfs), "-c", "."], stdout=subprocess.PIPE)
-        run(["podman", "import", "--change", 'CMD ["/sbin/init"]', "-", ref], stdin=tar.stdout,
-            stdout=subprocess.DEVNULL)
+        run(
+            ["podman", "import", "--change", 'CMD ["/sbin/init"]', "-", ref],
+            stdin=tar.stdout,
+            stdout=subprocess.DEVNULL,
+        )
         tar.wait()
     return ref
 
@@ -102,7 +107,8 @@ def build_slurm(rebuild: bool) -> str:
         + " ".join(SLURM_PACKAGES)
         + " >/dev/null && apt-get clean"
         # Installed, not configured: the roles decide what is enabled, as on a fresh production host.
-        + " && systemctl disable " + " ".join(SLURM_UNITS)
+        + " && systemctl disable "
+        + " ".join(SLURM_UNITS)
         + " && rm -f /etc/munge/munge.key\n"
     )
     with tempfile.TemporaryDirectory(prefix="gpuaas-build-") as tmp:
@@ -129,8 +135,7 @@ def container_name(prefix: str, host: str) -> str:
 
 
 def host_address(container: str) -> str:
-    out = run(["podman", "inspect", "--format", "{{json .NetworkSettings.Networks}}", container],
-              capture=True).stdout
+    out = run(["podman", "inspect", "--format", "{{json .NetworkSettings.Networks}}", container], capture=True).stdout
     return json.loads(out)[NETWORK]["IPAddress"]
 
 
@@ -146,8 +151,22 @@ def wait_for_ssh(address: str, timeout: float = 60.0) -> None:
 
 
 def ssh_command(address: str) -> list[str]:
-    return ["ssh", "-i", str(SSH_KEY), "-o", "StrictHostKeyChecking=no", "-o", "UserKnownHostsFile=/dev/null",
-            "-o", "LogLevel=ERROR", "-o", "BatchMode=yes", "-o", "ConnectTimeout=3", f"root@{address}"]
+    return [
+        "ssh",
+        "-i",
+        str(SSH_KEY),
+        "-o",
+        "StrictHostKeyChecking=no",
+        "-o",
+        "UserKnownHostsFile=/dev/null",
+        "-o",
+        "LogLevel=ERROR",
+        "-o",
+        "BatchMode=yes",
+        "-o",
+        "ConnectTimeout=3",
+        f"root@{address}",
+    ]
 
 
 def up(prefix: str, hosts: list[str], flavor: str) -> list[dict]:
@@ -158,9 +177,29 @@ def up(prefix: str, hosts: list[str], flavor: str) -> list[dict]:
     for host in hosts:
         name = container_name(prefix, host)
         if run(["podman", "container", "exists", name], check=False).returncode != 0:
-            run(["podman", "run", "-d", "--name", name, "--hostname", host, "--network", NETWORK,
-                 "--network-alias", host, "--systemd=always", "--label", f"{LABEL}={prefix}",
-                 "--tmpfs", "/tmp", image, "/sbin/init"], stdout=subprocess.DEVNULL)
+            run(
+                [
+                    "podman",
+                    "run",
+                    "-d",
+                    "--name",
+                    name,
+                    "--hostname",
+                    host,
+                    "--network",
+                    NETWORK,
+                    "--network-alias",
+                    host,
+                    "--systemd=always",
+                    "--label",
+                    f"{LABEL}={prefix}",
+                    "--tmpfs",
+                    "/tmp",  # noqa: S108 (a fresh tmpfs for the host, not a shared temp file)
+                    image,
+                    "/sbin/init",
+                ],
+                stdout=subprocess.DEVNULL,
+            )  # noqa: S108 (a tmpfs mount)
             run(["podman", "cp", f"{key}.pub", f"{name}:/root/.ssh/authorized_keys"])
             run(["podman", "exec", name, "chown", "root:root", "/root/.ssh/authorized_keys"])
         started.append(name)
@@ -168,8 +207,16 @@ def up(prefix: str, hosts: list[str], flavor: str) -> list[dict]:
     for host, name in zip(hosts, started, strict=True):
         address = host_address(name)
         wait_for_ssh(address)
-        result.append({"name": host, "container": name, "address": address, "ssh_user": "root",
-                       "ssh_port": 22, "ssh_private_key_file": str(key)})
+        result.append(
+            {
+                "name": host,
+                "container": name,
+                "address": address,
+                "ssh_user": "root",
+                "ssh_port": 22,
+                "ssh_private_key_file": str(key),
+            }
+        )
     return result
 
 
@@ -180,7 +227,7 @@ def running(prefix: str | None) -> list[dict]:
     for entry in json.loads(out or "[]"):
         name = entry["Names"][0]
         host_prefix = entry["Labels"][LABEL]
-        hosts.append({"name": name[len(host_prefix) + 1:], "container": name, "prefix": host_prefix})
+        hosts.append({"name": name[len(host_prefix) + 1 :], "container": name, "prefix": host_prefix})
     return hosts
 
 
@@ -193,10 +240,16 @@ def down(prefix: str | None) -> None:
 def inventory(hosts: list[dict]) -> str:
     lines = ["[all]"]
     for h in hosts:
-        lines.append(f"{h['name']} ansible_host={h['address']} ansible_user={h['ssh_user']} "
-                     f"ansible_ssh_private_key_file={h['ssh_private_key_file']}")
-    lines += ["", "[all:vars]", "ansible_ssh_common_args='-o StrictHostKeyChecking=no -o UserKnownHostsFile=/dev/null'",
-              "ansible_python_interpreter=/usr/bin/python3"]
+        lines.append(
+            f"{h['name']} ansible_host={h['address']} ansible_user={h['ssh_user']} "
+            f"ansible_ssh_private_key_file={h['ssh_private_key_file']}"
+        )
+    lines += [
+        "",
+        "[all:vars]",
+        "ansible_ssh_common_args='-o StrictHostKeyChecking=no -o UserKnownHostsFile=/dev/null'",
+        "ansible_python_interpreter=/usr/bin/python3",
+    ]
     return "\n".join(lines) + "\n"
 
 
@@ -228,8 +281,10 @@ def main(argv: list[str] | None = None) -> int:
     elif args.command == "down":
         down(None if args.all else args.prefix)
     elif args.command == "inventory":
-        hosts = [dict(h, address=host_address(h["container"]), ssh_user="root",
-                      ssh_private_key_file=str(SSH_KEY)) for h in running(args.prefix)]
+        hosts = [
+            dict(h, address=host_address(h["container"]), ssh_user="root", ssh_private_key_file=str(SSH_KEY))
+            for h in running(args.prefix)
+        ]
         print(inventory(hosts), end="")
     return 0
 

@@ -1,0 +1,167 @@
+"""Drives the collection's playbooks against real containerized test hosts and reads real Slurm state.
+
+Shared by the integration tests and bench/bench_slurm_lifecycle.py.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import os
+import re
+import shutil
+import subprocess
+import sys
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[2]
+_spec = importlib.util.spec_from_file_location("testhosts", ROOT / "scripts" / "testhosts.py")
+testhosts = importlib.util.module_from_spec(_spec)
+_spec.loader.exec_module(testhosts)
+
+# Unprivileged containers cannot initialize Slurm's cgroup plugins (FACTS.md); production keeps them.
+TEST_HOST_VARS = {
+    "slurm_proctrack_type": "proctrack/linuxproc",
+    "slurm_task_plugin": "task/none",
+    # The image holds every package and a fresh apt cache: do not go to the mirror on each run.
+    "gpuaas_apt_cache_valid_time": 31536000,
+}
+# The ansible-playbook of the Python running the tests (the project venv), else the one on PATH.
+_venv_playbook = Path(sys.executable).parent / "ansible-playbook"
+ANSIBLE_PLAYBOOK = str(_venv_playbook) if _venv_playbook.exists() else shutil.which("ansible-playbook")
+DAEMONS = ("slurmctld", "slurmd", "munge", "slurmdbd")
+_RECAP = re.compile(r"^(\S+)\s+: ok=(\d+)\s+changed=(\d+)\s+unreachable=(\d+)\s+failed=(\d+)", re.M)
+
+
+@dataclass
+class PlaybookRun:
+    rc: int
+    output: str
+    seconds: float
+    recap: dict[str, dict[str, int]] = field(default_factory=dict)
+
+    @property
+    def hosts_touched(self) -> set[str]:
+        return {host for host in self.recap if host != "localhost"}
+
+    @property
+    def changed(self) -> dict[str, int]:
+        return {host: counts["changed"] for host, counts in self.recap.items()}
+
+
+class Cluster:
+    """A set of running test hosts plus the inventory that describes the Slurm cluster on them."""
+
+    def __init__(self, prefix: str, workdir: Path, hosts: dict[str, dict]):
+        self.prefix = prefix
+        self.workdir = workdir
+        self.hosts = hosts
+        self.controller = "ctl"
+        self.workers: list[str] = []
+        self.extra_groups: dict[str, list[str]] = {}
+
+    @classmethod
+    def start(cls, prefix: str, workdir: Path, names: list[str]) -> Cluster:
+        started = testhosts.up(prefix, names, "slurm")
+        return cls(prefix, workdir, {h["name"]: h for h in started})
+
+    def add_hosts(self, names: list[str]) -> None:
+        for h in testhosts.up(self.prefix, names, "slurm"):
+            self.hosts[h["name"]] = h
+
+    def stop(self) -> None:
+        testhosts.down(self.prefix)
+
+    def inventory(
+        self,
+        controllers: list[str] | None = None,
+        workers: list[str] | None = None,
+        host_overrides: dict[str, dict] | None = None,
+        name: str = "hosts.ini",
+    ) -> Path:
+        controllers = [self.controller] if controllers is None else controllers
+        workers = self.workers if workers is None else workers
+        overrides = host_overrides or {}
+
+        def line(host: str) -> str:
+            h = self.hosts[host]
+            attrs = {"ansible_host": h["address"], **overrides.get(host, {})}
+            return host + "".join(f" {k}={v}" for k, v in attrs.items())
+
+        lines = ["[slurm_controller]", *map(line, controllers), "", "[slurm_workers]", *map(line, workers)]
+        for group, members in self.extra_groups.items():
+            lines += ["", f"[{group}]", *map(line, members)]
+        key = next(iter(self.hosts.values()))["ssh_private_key_file"]
+        lines += [
+            "",
+            "[all:vars]",
+            "ansible_user=root",
+            f"ansible_ssh_private_key_file={key}",
+            "ansible_ssh_common_args='-o StrictHostKeyChecking=no -o UserKnownHostsFile=/dev/null'",
+            "ansible_python_interpreter=/usr/bin/python3",
+        ]
+        lines += [f"{k}={v}" for k, v in TEST_HOST_VARS.items()]
+        path = self.workdir / name
+        path.write_text("\n".join(lines) + "\n")
+        return path
+
+    def playbook(self, name: str, inventory: Path | None = None, timeout: float = 900, **extra_vars) -> PlaybookRun:
+        cmd = [ANSIBLE_PLAYBOOK, "-i", str(inventory or self.inventory()), f"gpuaas.apps.{name}"]
+        for key, value in extra_vars.items():
+            cmd += ["-e", f"{key}={value}"]
+        env = dict(
+            os.environ,
+            ANSIBLE_COLLECTIONS_PATH=str(ROOT / "build" / "collections"),
+            ANSIBLE_HOST_KEY_CHECKING="False",
+            ANSIBLE_NOCOLOR="1",
+            ANSIBLE_FORCE_COLOR="0",
+        )
+        started = time.monotonic()
+        proc = subprocess.run(cmd, capture_output=True, text=True, env=env, timeout=timeout, check=False)
+        seconds = time.monotonic() - started
+        output = proc.stdout + proc.stderr
+        recap = {
+            m[1]: {"ok": int(m[2]), "changed": int(m[3]), "unreachable": int(m[4]), "failed": int(m[5])}
+            for m in _RECAP.finditer(output)
+        }
+        (self.workdir / f"{name}-{int(time.time() * 1000)}.log").write_text(output)
+        return PlaybookRun(proc.returncode, output, seconds, recap)
+
+    def sh(self, host: str, command: str, check: bool = True, timeout: float = 120) -> str:
+        proc = subprocess.run(
+            ["podman", "exec", self.hosts[host]["container"], "bash", "-c", command],
+            capture_output=True,
+            text=True,
+            timeout=timeout,
+            check=False,
+        )
+        if check and proc.returncode != 0:
+            raise AssertionError(f"{host}: `{command}` failed ({proc.returncode}): {proc.stdout}{proc.stderr}")
+        return proc.stdout.strip()
+
+    def daemon_pids(self) -> dict[tuple[str, str], str]:
+        """MainPID of each Slurm-related daemon on each host ("0" when not running)."""
+        pids = {}
+        for host in self.hosts:
+            out = self.sh(host, "systemctl show -p MainPID --value " + " ".join(DAEMONS), check=False)
+            for daemon, pid in zip(DAEMONS, out.split(), strict=False):
+                pids[(host, daemon)] = pid
+        return pids
+
+    def node_states(self) -> dict[str, str]:
+        out = self.sh(self.controller, "sinfo --noheader --Node --format='%N %t'")
+        return dict(line.split() for line in out.splitlines())
+
+    def wait_node_state(self, node: str, states: set[str], timeout: float = 60) -> str:
+        deadline = time.monotonic() + timeout
+        while True:
+            state = self.node_states().get(node, "absent")
+            if state in states or time.monotonic() > deadline:
+                return state
+            time.sleep(0.5)
+
+
+def restarted(before: dict, after: dict) -> set[tuple[str, str]]:
+    """Daemons whose process changed (restarted, started or stopped) between two snapshots."""
+    return {key for key in before.keys() | after.keys() if before.get(key, "0") != after.get(key, "0")}

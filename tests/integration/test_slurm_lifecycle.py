@@ -1,0 +1,224 @@
+"""The Slurm lifecycle playbooks on a real multi-host cluster: podman hosts with systemd, reached over SSH.
+
+The tests run in order and share one cluster: deploy, add, drain, resume, remove, replace, decommission.
+Each checks real Slurm state, which hosts the run touched and which daemons it restarted.
+"""
+
+import threading
+import time
+
+import pytest
+
+from .slurm_harness import restarted
+
+pytestmark = [pytest.mark.hosts, pytest.mark.slow]
+
+
+def slurmd_pids(cluster, hosts):
+    pids = cluster.daemon_pids()
+    return {h: pids[(h, "slurmd")] for h in hosts}
+
+
+def assert_unchanged_second_run(cluster, name, **extra):
+    again = cluster.playbook(name, **extra)
+    assert again.rc == 0, again.output[-3000:]
+    assert set(again.changed.values()) == {0}, f"second {name} run changed something: {again.changed}"
+
+
+def test_bad_inventory_fails_before_anything_changes(cluster):
+    cases = [
+        (
+            cluster.inventory(controllers=[], workers=["w1"], name="none.ini"),
+            "exactly one host in group slurm_controller; it has 0",
+        ),
+        (
+            cluster.inventory(controllers=["ctl", "w2"], workers=["w1"], name="two.ini"),
+            "exactly one host in group slurm_controller; it has 2: ctl, w2",
+        ),
+        (
+            cluster.inventory(workers=["w1", "w2"], host_overrides={"w2": {"slurm_node_name": "w1"}}, name="dup.ini"),
+            "Workers would share a Slurm node name: w1 (w1, w2)",
+        ),
+        # A closed port on one of our own hosts: unreachable without sending traffic anywhere else.
+        (
+            cluster.inventory(workers=["w1", "w2"], host_overrides={"w2": {"ansible_port": 2}}, name="unreach.ini"),
+            "UNREACHABLE",
+        ),
+    ]
+    for inventory, message in cases:
+        run = cluster.playbook("slurm_deploy", inventory=inventory)
+        assert run.rc != 0, f"{inventory.name}: deploy should have failed"
+        assert message in run.output, f"{inventory.name}: expected {message!r} in:\n{run.output[-2000:]}"
+        assert all(c["changed"] == 0 for c in run.recap.values()), f"{inventory.name} changed hosts: {run.recap}"
+
+    cluster.extra_groups = {"slurm_removing": ["w2"]}
+    run = cluster.playbook(
+        "slurm_member_add", inventory=cluster.inventory(workers=["w1", "w2"], name="rm.ini"), slurm_members="w2"
+    )
+    cluster.extra_groups = {}
+    assert run.rc != 0
+    assert "lists as being removed (group slurm_removing): w2" in run.output
+
+    for host in ("ctl", "w1", "w2"):
+        assert cluster.sh(host, "ls /etc/slurm/slurm.conf /etc/munge/munge.key 2>/dev/null || true") == ""
+
+
+def test_deploy_one_controller_two_workers(cluster):
+    cluster.workers = ["w1", "w2"]
+    run = cluster.playbook("slurm_deploy")
+    assert run.rc == 0, run.output[-4000:]
+    print(f"\nslurm_deploy (1 controller + 2 workers): {run.seconds:.1f} s")
+
+    assert cluster.node_states() == {"w1": "idle", "w2": "idle"}
+    hostnames = cluster.sh("ctl", "srun --immediate=30 -N2 hostname").split()
+    assert sorted(hostnames) == ["w1", "w2"]
+
+    job = cluster.sh(
+        "ctl", "cd /tmp && sbatch --parsable -N1 --output=/tmp/job-%j.out --wrap 'echo done-$SLURM_JOB_ID'"
+    )
+    deadline = time.monotonic() + 60
+    while cluster.sh("ctl", f"squeue --noheader --jobs={job}", check=False) and time.monotonic() < deadline:
+        time.sleep(0.5)
+    node = cluster.sh("ctl", f"scontrol show job {job} | grep -o ' NodeList=[^ ]*' | cut -d= -f2")
+    assert cluster.sh("ctl", f"scontrol show job {job} | grep -o 'JobState=[A-Z]*'") == "JobState=COMPLETED"
+    assert cluster.sh(node, f"cat /tmp/job-{job}.out") == f"done-{job}"
+
+
+def test_deploy_again_changes_nothing(cluster):
+    assert_unchanged_second_run(cluster, "slurm_deploy")
+
+
+def test_member_add_touches_only_controller_and_new_host(cluster):
+    before = cluster.daemon_pids()
+    cluster.workers = ["w1", "w2", "w3"]
+    run = cluster.playbook("slurm_member_add", slurm_members="w3")
+    assert run.rc == 0, run.output[-4000:]
+    after = cluster.daemon_pids()
+    print(
+        f"\nslurm_member_add (third worker): {run.seconds:.1f} s; hosts touched: {sorted(run.hosts_touched)}; "
+        f"daemons restarted or started: {sorted(restarted(before, after))}"
+    )
+
+    assert run.hosts_touched == {"ctl", "w3"}
+    assert restarted(before, after) == {("ctl", "slurmctld"), ("w3", "slurmd"), ("w3", "munge")}
+    assert sorted(cluster.sh("ctl", "srun --immediate=30 -N3 hostname").split()) == ["w1", "w2", "w3"]
+    assert_unchanged_second_run(cluster, "slurm_member_add", slurm_members="w3")
+
+
+def test_drain_waits_for_the_running_job_and_new_work_lands_elsewhere(cluster):
+    before = cluster.daemon_pids()
+    job = cluster.sh("ctl", "sbatch --parsable -w w2 --output=/dev/null --wrap 'sleep 15'")
+    assert cluster.wait_node_state("w2", {"alloc", "mix"}) in {"alloc", "mix"}
+
+    result = {}
+    drain = threading.Thread(
+        target=lambda: result.update(run=cluster.playbook("slurm_member_drain", slurm_members="w2"))
+    )
+    drain.start()
+    assert cluster.wait_node_state("w2", {"drng"}) == "drng"
+    landed = cluster.sh("ctl", "srun --immediate=30 -N1 hostname")
+    assert landed != "w2"
+    assert cluster.sh("ctl", f"squeue --noheader --jobs={job} --format=%T") == "RUNNING"
+    drain.join(timeout=300)
+
+    run = result["run"]
+    assert run.rc == 0, run.output[-4000:]
+    assert cluster.sh("ctl", f"squeue --noheader --jobs={job}", check=False) == "", (
+        "drain returned before the job ended"
+    )
+    assert cluster.node_states()["w2"] == "drain"
+    reason = cluster.sh("ctl", "sinfo --noheader --Node --nodes=w2 --format=%E")
+    assert reason.startswith("gpuaas: ")
+    assert run.hosts_touched == {"ctl"}
+    assert restarted(before, cluster.daemon_pids()) == set()
+    assert_unchanged_second_run(cluster, "slurm_member_drain", slurm_members="w2")
+
+
+def test_resume_clears_only_our_drain(cluster):
+    run = cluster.playbook("slurm_member_resume", slurm_members="w2")
+    assert run.rc == 0, run.output[-4000:]
+    assert run.hosts_touched == {"ctl"}
+    assert cluster.wait_node_state("w2", {"idle"}) == "idle"
+    assert_unchanged_second_run(cluster, "slurm_member_resume", slurm_members="w2")
+
+    # A drain someone else set stays, unless forced.
+    cluster.sh("ctl", "scontrol update nodename=w1 state=drain reason='hardware check by site ops'")
+    kept = cluster.playbook("slurm_member_resume", slurm_members="w1")
+    assert kept.rc == 0, kept.output[-3000:]
+    assert cluster.node_states()["w1"] == "drain"
+    forced = cluster.playbook("slurm_member_resume", slurm_members="w1", slurm_force="true")
+    assert forced.rc == 0, forced.output[-3000:]
+    assert cluster.wait_node_state("w1", {"idle"}) == "idle"
+
+
+def test_remove_refuses_a_busy_worker_then_removes_it(cluster):
+    job = cluster.sh("ctl", "sbatch --parsable -w w3 --output=/dev/null --wrap 'sleep 300'")
+    assert cluster.wait_node_state("w3", {"alloc", "mix"}) in {"alloc", "mix"}
+    refused = cluster.playbook("slurm_member_remove", slurm_members="w3")
+    assert refused.rc != 0
+    assert f"Workers still run jobs: w3 (jobs {job})" in refused.output
+    assert "w3" in cluster.node_states()
+
+    cluster.sh("ctl", f"scancel {job}")
+    assert cluster.wait_node_state("w3", {"idle"}) == "idle"
+    before = cluster.daemon_pids()
+    run = cluster.playbook("slurm_member_remove", slurm_members="w3")
+    assert run.rc == 0, run.output[-4000:]
+    after = cluster.daemon_pids()
+    print(
+        f"\nslurm_member_remove: {run.seconds:.1f} s; hosts touched: {sorted(run.hosts_touched)}; "
+        f"daemons restarted or stopped: {sorted(restarted(before, after))}"
+    )
+    assert run.hosts_touched == {"ctl", "w3"}
+    assert restarted(before, after) == {("ctl", "slurmctld"), ("w3", "slurmd"), ("w3", "munge")}
+    assert set(cluster.node_states()) == {"w1", "w2"}
+    assert cluster.sh("w3", "pgrep -x slurmd || true") == ""
+    assert (
+        cluster.sh("w3", "ls /etc/default/slurmd /var/lib/slurm/slurmd /etc/munge/munge.key 2>/dev/null || true") == ""
+    )
+    assert_unchanged_second_run(cluster, "slurm_member_remove", slurm_members="w3")
+    cluster.workers = ["w1", "w2"]
+
+
+def test_replace_joins_the_new_worker_before_draining_the_old(cluster):
+    job = cluster.sh("ctl", "sbatch --parsable -w w1 --output=/dev/null --wrap 'sleep 10'")
+    assert cluster.wait_node_state("w1", {"alloc", "mix"}) in {"alloc", "mix"}
+    before = cluster.daemon_pids()
+    cluster.workers = ["w1", "w2", "w4"]
+    run = cluster.playbook("slurm_member_replace", slurm_member_old="w1", slurm_member_new="w4")
+    assert run.rc == 0, run.output[-4000:]
+    after = cluster.daemon_pids()
+    print(
+        f"\nslurm_member_replace: {run.seconds:.1f} s; hosts touched: {sorted(run.hosts_touched)}; "
+        f"daemons restarted, started or stopped: {sorted(restarted(before, after))}"
+    )
+
+    joined = run.output.index("PLAY [Start the workers]")
+    drained = run.output.index("PLAY [Drain workers]")
+    assert joined < drained, "the old worker was drained before the new one joined"
+    assert cluster.sh("ctl", f"squeue --noheader --jobs={job}", check=False) == ""
+    assert set(cluster.node_states()) == {"w2", "w4"}
+    assert run.hosts_touched == {"ctl", "w1", "w4"}
+    assert ("w2", "slurmd") not in restarted(before, after)
+    assert sorted(cluster.sh("ctl", "srun --immediate=30 -N2 hostname").split()) == ["w2", "w4"]
+    assert_unchanged_second_run(cluster, "slurm_member_replace", slurm_member_old="w1", slurm_member_new="w4")
+    cluster.workers = ["w2", "w4"]
+
+
+def test_decommission_leaves_nothing(cluster):
+    cluster.workers = ["w1", "w2", "w3", "w4"]  # every host that ever held a part of the cluster
+    run = cluster.playbook("slurm_decommission")
+    assert run.rc == 0, run.output[-4000:]
+    assert "Nothing left on ctl." in run.output
+    for host in ("ctl", "w1", "w2", "w3", "w4"):
+        assert cluster.sh(host, "pgrep -x 'slurmctld|slurmd|slurmdbd|munged|slurmstepd' || true") == ""
+        assert (
+            cluster.sh(host, "systemctl is-enabled slurmctld slurmd munge 2>/dev/null | grep -x enabled || true") == ""
+        )
+        leftovers = cluster.sh(
+            host,
+            "ls -d /etc/slurm/slurm.conf /etc/munge/munge.key /var/lib/slurm/* "
+            "/var/spool/slurmd /var/log/slurm 2>/dev/null || true",
+        )
+        assert leftovers == "", f"{host} still has {leftovers}"
+    assert_unchanged_second_run(cluster, "slurm_decommission")
