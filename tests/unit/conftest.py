@@ -13,9 +13,7 @@ REPO = Path(__file__).resolve().parents[2]
 
 
 def _collections_root():
-    if REPO.parent.name == "apps" or (
-        REPO.parent.name == "gpuaas" and REPO.parents[1].name == "ansible_collections"
-    ):
+    if REPO.parent.name == "apps" or (REPO.parent.name == "gpuaas" and REPO.parents[1].name == "ansible_collections"):
         return REPO.parents[2]
     built = REPO / "build" / "collections"
     if (built / "ansible_collections" / "gpuaas" / "apps" / "galaxy.yml").exists():

@@ -140,9 +140,7 @@ def capture_accounts(rec):
         "organization=acme",
         "parent=root",
     )
-    rec.capture(
-        "add_account_exists", "add an account that exists", "sacctmgr", "-i", "add", "account", "tenant1"
-    )
+    rec.capture("add_account_exists", "add an account that exists", "sacctmgr", "-i", "add", "account", "tenant1")
     rec.capture(
         "add_account_uppercase",
         "sacctmgr lowercases names and text silently",

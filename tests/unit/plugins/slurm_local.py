@@ -44,11 +44,7 @@ def missing_requirements():
     """Why a private cluster cannot start here ("" when it can)."""
     missing = [b for b in BINARIES if shutil.which(b) is None and not Path("/usr/sbin", b).exists()]
     if missing:
-        return (
-            "not installed: "
-            + ", ".join(missing)
-            + " (apt-get install slurm-wlm slurmdbd munge mariadb-server)"
-        )
+        return "not installed: " + ", ".join(missing) + " (apt-get install slurm-wlm slurmdbd munge mariadb-server)"
     if os.geteuid() != 0:
         return "needs root (slurmd runs jobs as their submitting user)"
     return ""

@@ -186,9 +186,7 @@ def test_absent_account_with_users_or_sub_accounts_is_refused_unless_forced():
         plan(state="absent")
     with pytest.raises(sa.Refused, match="users bob and sub-accounts proj-a"):
         plan(account="tenant1", state="absent")
-    assert plan(account="tenant1", state="absent", force=True) == [
-        ["-i", "remove", "account", "where", "name=tenant1"]
-    ]
+    assert plan(account="tenant1", state="absent", force=True) == [["-i", "remove", "account", "where", "name=tenant1"]]
 
 
 def test_absent_is_idempotent():
@@ -202,9 +200,7 @@ def test_absent_is_idempotent():
 def test_cascade_that_the_refusal_prevents_is_real():
     # recorded: removing tenant1 took proj-a and its users with it
     before = {r["account"] for r in TREE}
-    after = {
-        r["account"] for r in sa.assoc_rows(parse_parsable(text("assoc_after_cascade"), sa.ASSOC_COLUMNS))
-    }
+    after = {r["account"] for r in sa.assoc_rows(parse_parsable(text("assoc_after_cascade"), sa.ASSOC_COLUMNS))}
     assert before - after == {"tenant1", "proj-a"}
 
 
@@ -245,9 +241,7 @@ def test_module_fails_when_the_value_does_not_stick():
 
 def test_module_reports_sacctmgr_errors():
     error = INDEX["modify_account_unknown_qos"]
-    slurm = ReplaySlurm(
-        {("sacctmgr", "-i", "modify"): [(error["rc"], "", error["stderr"])], **recorded_reads()}
-    )
+    slurm = ReplaySlurm({("sacctmgr", "-i", "modify"): [(error["rc"], "", error["stderr"])], **recorded_reads()})
     ended = run_module(sa.main, dict(account="proj-a", qos=["nosuch"]), slurm)
     assert ended.failed and "bad qos 'nosuch'" in ended.result["msg"]
 

@@ -109,14 +109,10 @@ def test_drain_and_wait_until_jobs_are_gone():
             ],
         }
     )
-    result = run_module(
-        slurm_node.main, args(state="drain", reason="maintenance window", wait=True), slurm
-    ).result
+    result = run_module(slurm_node.main, args(state="drain", reason="maintenance window", wait=True), slurm).result
     assert result["changed"] is True
     assert result["drained"] is True and result["state"] == "IDLE+DRAIN" and result["running_jobs"] == 0
-    assert slurm.called("update") == [
-        ["scontrol", "update", "nodename=gpu01", "state=drain", f"reason={OURS}"]
-    ]
+    assert slurm.called("update") == [["scontrol", "update", "nodename=gpu01", "state=drain", f"reason={OURS}"]]
     assert result["diff"]["before"]["state"] == "IDLE" and result["diff"]["after"]["reason"] == OURS
 
 
@@ -127,9 +123,7 @@ def test_drain_wait_timeout_names_the_running_jobs():
             ("squeue",): [recorded("squeue_node_two_jobs")],
         }
     )
-    ended = run_module(
-        slurm_node.main, args(state="drain", reason="maintenance window", wait=True, timeout=0), slurm
-    )
+    ended = run_module(slurm_node.main, args(state="drain", reason="maintenance window", wait=True, timeout=0), slurm)
     assert ended.failed
     assert "timed out after 0s" in ended.result["msg"] and "ids: 1, 2" in ended.result["msg"]
     assert not slurm.called("update")  # already drained with our reason
@@ -170,9 +164,7 @@ def test_check_mode_changes_nothing_but_reports_the_diff():
     slurm = ReplaySlurm(
         {("scontrol", "show"): [recorded("node_mixed")], ("squeue",): [recorded("squeue_node_two_jobs")]}
     )
-    result = run_module(
-        slurm_node.main, args(state="drain", reason="x", wait=True), slurm, check_mode=True
-    ).result
+    result = run_module(slurm_node.main, args(state="drain", reason="x", wait=True), slurm, check_mode=True).result
     assert result["changed"] is True
     assert result["diff"]["after"] == {"state": "MIXED+DRAIN", "reason": "gpuaas: x"}
     assert not slurm.called("update")
@@ -182,9 +174,7 @@ def test_missing_node_fails_or_is_ok_with_missing_ok():
     slurm = ReplaySlurm({("scontrol", "show"): [recorded("node_missing")]})
     ended = run_module(slurm_node.main, args(name="nosuch", state="drain", reason="x"), slurm)
     assert ended.failed and "does not exist" in ended.result["msg"] and "missing_ok" in ended.result["msg"]
-    ended = run_module(
-        slurm_node.main, args(name="nosuch", state="drain", reason="x", missing_ok=True), slurm
-    )
+    ended = run_module(slurm_node.main, args(name="nosuch", state="drain", reason="x", missing_ok=True), slurm)
     assert not ended.failed and ended.result == {"changed": False, "node": "nosuch", "exists": False}
 
 
