@@ -153,6 +153,38 @@ def capture_accounts(rec):
         "organization=Acme Corp",
     )
     rec.do("sacctmgr", "-i", "remove", "account", "projupper")
+    odd = {"comma": "a,b", "quote": "it's", "equals": "x=y"}
+    for label, name in odd.items():
+        rec.capture(
+            f"add_account_{label}",
+            f"what sacctmgr makes of the name {name!r}",
+            "sacctmgr",
+            "-i",
+            "add",
+            "account",
+            name,
+        )
+    rec.capture(
+        "add_account_pipe_text",
+        "a '|' in a description breaks -P output",
+        "sacctmgr",
+        "-i",
+        "add",
+        "account",
+        "piped",
+        "description=a|b",
+    )
+    rec.capture(
+        "accounts_mangled",
+        "what sacctmgr stored for the names and text above",
+        "sacctmgr",
+        "-P",
+        "-n",
+        "show",
+        "account",
+        ACCOUNT_FORMAT,
+    )
+    rec.do("sacctmgr", "-i", "remove", "account", "a", "b", "it`s", "piped")
     rec.do(
         "sacctmgr",
         "-i",

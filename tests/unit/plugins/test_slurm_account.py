@@ -258,3 +258,14 @@ def test_module_rejects_uppercase_before_touching_slurm():
     slurm = ReplaySlurm({})
     ended = run_module(sa.main, dict(account="ProjA"), slurm)
     assert ended.failed and "'proja'" in ended.result["msg"] and slurm.calls == []
+
+
+def test_sacctmgr_really_mangles_odd_names_and_pipes_break_parsable_output():
+    stored = text("accounts_mangled").splitlines()
+    assert {"a|a|a", "b|b|b", "it`s|it`s|it`s"} <= set(stored)  # 'a,b' split in two, quote -> backtick
+    assert "Unknown option: x=y" in INDEX["add_account_equals"]["stderr"]  # '=' is read as an option
+    with pytest.raises(ValueError):
+        parse_parsable(text("accounts_mangled"), sa.ACCOUNT_COLUMNS)  # 'piped|a|b|piped' has 4 fields
+    for name in ("a,b", "it's", "x=y"):
+        assert sa.check_params(params(account=name))
+    assert sa.check_params(params(description="a|b"))
