@@ -22,8 +22,8 @@ _spec.loader.exec_module(testhosts)
 
 # Unprivileged containers cannot initialize Slurm's cgroup plugins (FACTS.md); production keeps them.
 TEST_HOST_VARS = {
-    "slurm_proctrack_type": "proctrack/linuxproc",
-    "slurm_task_plugin": "task/none",
+    "slurm_controller_proctrack_type": "proctrack/linuxproc",
+    "slurm_controller_task_plugin": "task/none",
     # The image holds every package and a fresh apt cache: do not go to the mirror on each run.
     "gpuaas_apt_cache_valid_time": 31536000,
 }

@@ -36,7 +36,7 @@ def test_bad_inventory_fails_before_anything_changes(cluster):
             "exactly one host in group slurm_controller; it has 2: ctl, w2",
         ),
         (
-            cluster.inventory(workers=["w1", "w2"], host_overrides={"w2": {"slurm_node_name": "w1"}}, name="dup.ini"),
+            cluster.inventory(workers=["w1", "w2"], host_overrides={"w2": {"slurm_worker_name": "w1"}}, name="dup.ini"),
             "Workers would share a Slurm node name: w1 (w1, w2)",
         ),
         # A closed port on one of our own hosts: unreachable without sending traffic anywhere else.
@@ -141,10 +141,11 @@ def test_resume_clears_only_our_drain(cluster):
     assert cluster.wait_node_state("w2", {"idle"}) == "idle"
     assert_unchanged_second_run(cluster, "slurm_member_resume", slurm_members="w2")
 
-    # A drain someone else set stays, unless forced.
+    # A drain someone else set stays: the run refuses, naming the owner, unless forced.
     cluster.sh("ctl", "scontrol update nodename=w1 state=drain reason='hardware check by site ops'")
     kept = cluster.playbook("slurm_member_resume", slurm_members="w1")
-    assert kept.rc == 0, kept.output[-3000:]
+    assert kept.rc != 0
+    assert "by someone else (reason 'hardware check by site ops')" in kept.output
     assert cluster.node_states()["w1"] == "drain"
     forced = cluster.playbook("slurm_member_resume", slurm_members="w1", slurm_force="true")
     assert forced.rc == 0, forced.output[-3000:]
