@@ -22,11 +22,10 @@ import uuid
 
 import httpx
 import psycopg
-from psycopg.conninfo import make_conninfo
-
 from gpuaas_api import db as dbmod
 from gpuaas_api.app import create_app
 from gpuaas_api.iam.auth import new_token
+from psycopg.conninfo import make_conninfo
 
 DIGEST = "sha256:" + "cd" * 32
 ADAPTER = {"roles": [{"name": "controller", "min": 1, "max": 1, "description": ""},
@@ -42,28 +41,31 @@ def seed(url: str, instances: int, per_instance: int) -> dict:
              for i in range(per_instance)]
     token, digest = new_token()
     with psycopg.connect(url) as conn:
-        tenant = conn.execute("INSERT INTO tenants (name, display_name) VALUES ('bench', 'bench') RETURNING id").fetchone()[0]
-        project = conn.execute("INSERT INTO projects (tenant_id, name, display_name) VALUES (%s, 'p', 'p') RETURNING id",
-                               (tenant,)).fetchone()[0]
-        user = conn.execute("INSERT INTO users (tenant_id, email, display_name) VALUES (%s, 'b@x.io', 'b') RETURNING id",
-                            (tenant,)).fetchone()[0]
-        conn.execute("""INSERT INTO role_bindings (principal_kind, principal_id, role, scope_kind, tenant_id, project_id)
-                        VALUES ('user', %s, 'project_admin', 'project', %s, %s)""", (user, tenant, project))
+        one = lambda sql, params=(): conn.execute(sql, params).fetchone()[0]  # noqa: E731
+        tenant = one("INSERT INTO tenants (name, display_name) VALUES ('bench', 'bench') RETURNING id")
+        project = one("INSERT INTO projects (tenant_id, name, display_name) VALUES (%s, 'p', 'p') RETURNING id",
+                      (tenant,))
+        user = one("INSERT INTO users (tenant_id, email, display_name) VALUES (%s, 'b@x.io', 'b') RETURNING id",
+                   (tenant,))
+        conn.execute("""INSERT INTO role_bindings (principal_kind, principal_id, role, scope_kind, tenant_id,
+                            project_id) VALUES ('user', %s, 'project_admin', 'project', %s, %s)""",
+                     (user, tenant, project))
         conn.execute("""INSERT INTO api_tokens (token_hash, principal_kind, principal_id, name, expires_at)
                         VALUES (%s, 'user', %s, 'bench', now() + interval '1 day')""", (digest, user))
         conn.execute("""INSERT INTO app_manifests (slug, display_name, runtime_backend, operating_modes)
                         VALUES ('slurm', 'Slurm', 'slurm', '{tenant_dedicated}')""")
         artifact = conn.execute(
             """INSERT INTO artifacts (app_slug, kind, reference, registry, repository, digest, status)
-               VALUES ('slurm', 'controller', %s, 'registry.example.com', 'gpuaas/slurm', %s, 'active') RETURNING id""",
+               VALUES ('slurm', 'controller', %s, 'registry.example.com', 'gpuaas/slurm', %s, 'active')
+               RETURNING id""",
             (f"registry.example.com/gpuaas/slurm@{DIGEST}", DIGEST)).fetchone()[0]
         version = conn.execute(
-            """INSERT INTO app_versions (app_slug, version, artifact_id, compatibility, runtime_profile, adapter, status)
-               VALUES ('slurm', '1.0.0', %s, %s, '{}', %s, 'active') RETURNING id""",
+            """INSERT INTO app_versions (app_slug, version, artifact_id, compatibility, runtime_profile, adapter,
+                   status) VALUES ('slurm', '1.0.0', %s, %s, '{}', %s, 'active') RETURNING id""",
             (artifact, json.dumps(COMPAT), json.dumps(ADAPTER))).fetchone()[0]
         allocation = conn.execute(
-            """INSERT INTO allocations (tenant_id, project_id, name, capacity_shape, gpu_count, region, exclusive, hosts)
-               VALUES (%s, %s, 'a', 'baremetal', 8, 'eu-west-1', true, %s) RETURNING id""",
+            """INSERT INTO allocations (tenant_id, project_id, name, capacity_shape, gpu_count, region, exclusive,
+                   hosts) VALUES (%s, %s, 'a', 'baremetal', 8, 'eu-west-1', true, %s) RETURNING id""",
             (tenant, project, json.dumps(hosts))).fetchone()[0]
         topology = json.dumps({"roles": [{"name": "controller", "desired_count": 1},
                                          {"name": "worker", "desired_count": per_instance - 1}]})

@@ -7,7 +7,8 @@ from contextlib import asynccontextmanager
 from fastapi import FastAPI, Request
 from pydantic import BaseModel
 
-from . import __version__, db as dbmod, errors
+from . import __version__, errors
+from . import db as dbmod
 from .admin_routes import api as admin_api
 from .allocations.routes import api as allocations_api
 from .audit.routes import api as audit_api

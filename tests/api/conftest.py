@@ -4,17 +4,19 @@ template database, and a fresh database cloned from the template for every test 
 from __future__ import annotations
 
 import itertools
+import shutil
+import tempfile
 import uuid
 from contextlib import contextmanager
 from dataclasses import dataclass
+from pathlib import Path
 
 import psycopg
 import pytest
 from fastapi.testclient import TestClient
-from psycopg.conninfo import make_conninfo
-
 from gpuaas_api import db as dbmod
 from gpuaas_api.app import create_app
+from psycopg.conninfo import make_conninfo
 
 from .world import World, build_world
 
@@ -23,16 +25,22 @@ _counter = itertools.count()
 
 
 @pytest.fixture(scope="session")
-def pg_uri(tmp_path_factory):
+def pg_uri():
     import pgserver
 
-    server = pgserver.get_server(tmp_path_factory.mktemp("pgdata"), cleanup_mode="stop")
-    uri = server.get_uri()
-    with psycopg.connect(uri, autocommit=True) as conn:
-        conn.execute(f"CREATE DATABASE {TEMPLATE}")
-    dbmod.upgrade(make_conninfo(uri, dbname=TEMPLATE))
-    yield uri
-    server.cleanup()
+    # Not under pytest's tmp_path: concurrent pytest runs on this machine rotate /tmp/pytest-of-<user>
+    # and would delete a live data directory.
+    datadir = Path(tempfile.mkdtemp(prefix="gpuaas-api-tests-"))
+    server = pgserver.get_server(datadir, cleanup_mode="stop")
+    try:
+        uri = server.get_uri()
+        with psycopg.connect(uri, autocommit=True) as conn:
+            conn.execute(f"CREATE DATABASE {TEMPLATE}")
+        dbmod.upgrade(make_conninfo(uri, dbname=TEMPLATE))
+        yield uri
+    finally:
+        server.cleanup()
+        shutil.rmtree(datadir, ignore_errors=True)
 
 
 @contextmanager

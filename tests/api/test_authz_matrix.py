@@ -7,11 +7,11 @@ from __future__ import annotations
 
 import itertools
 import uuid
+from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any, Callable
+from typing import Any
 
 import pytest
-
 from gpuaas_api import db as dbmod
 from gpuaas_api.app import create_app
 
@@ -44,6 +44,12 @@ class Ctx:
     def fresh_user(self) -> str:
         return str(self.sql("INSERT INTO users (tenant_id, email, display_name) VALUES (%s, %s, 'x') RETURNING id",
                             (self.ids["tenant_a"], f"{uniq('u')}@example.com"))["id"])
+
+    def fresh_binding(self) -> str:
+        return str(self.sql(
+            """INSERT INTO role_bindings (principal_kind, principal_id, role, scope_kind, tenant_id, project_id)
+               VALUES ('user', %s, 'project_member', 'project', %s, %s) RETURNING id""",
+            (self.fresh_user(), self.ids["tenant_a"], self.ids["project_a1"]))["id"])
 
     def fresh_sa(self) -> str:
         return str(self.sql("""INSERT INTO service_accounts (tenant_id, project_id, name) VALUES (%s, %s, %s)
@@ -109,7 +115,6 @@ def c(method: str, path: str, allowed: set[str], build: Callable[[Ctx, str], Req
     return Case((method, path), allowed, build or default)
 
 
-I = "{instance_a1}"
 CASES: list[Case] = [
     c("GET", "/healthz", EVERYONE),
     c("GET", "/readyz", EVERYONE),
@@ -162,11 +167,8 @@ CASES: list[Case] = [
         "project_id": x.ids["project_a1"]}})),
     c("GET", "/v1/role-bindings", {PA, TA, PADM},
       lambda x, a: ("GET", "/v1/role-bindings", {"params": {"project_id": x.ids["project_a1"]}})),
-    c("DELETE", "/v1/role-bindings/{binding_id}", {PA, TA, PADM}, lambda x, a: (
-        "DELETE", "/v1/role-bindings/" + str(x.sql(
-            """INSERT INTO role_bindings (principal_kind, principal_id, role, scope_kind, tenant_id, project_id)
-               VALUES ('user', %s, 'project_member', 'project', %s, %s) RETURNING id""",
-            (x.fresh_user(), x.ids["tenant_a"], x.ids["project_a1"]))["id"]), {})),
+    c("DELETE", "/v1/role-bindings/{binding_id}", {PA, TA, PADM},
+      lambda x, a: ("DELETE", f"/v1/role-bindings/{x.fresh_binding()}", {})),
     # catalog
     c("POST", "/v1/catalog/apps", {PA}, lambda x, a: ("POST", "/v1/catalog/apps", {"json": {
         "slug": uniq("app"), "display_name": "App", "runtime_backend": "oci"}})),
@@ -229,7 +231,8 @@ CASES: list[Case] = [
             "name": uniq("i"), "app_slug": "slurm", "allocation_ids": [x.ids["alloc_a1"]]}})),
     c("GET", "/v1/projects/{project_id}/instances", PROJECT_READERS,
       lambda x, a: ("GET", f"/v1/projects/{x.ids['project_a1']}/instances", {})),
-    c("GET", "/v1/instances/{instance_id}", PROJECT_READERS, lambda x, a: ("GET", f"/v1/instances/{I}".format(**x.ids), {})),
+    c("GET", "/v1/instances/{instance_id}", PROJECT_READERS,
+      lambda x, a: ("GET", f"/v1/instances/{x.ids['instance_a1']}", {})),
     c("PATCH", "/v1/instances/{instance_id}", {TA, PADM, SA}, lambda x, a: (
         "PATCH", f"/v1/instances/{x.ids['instance_a1']}", {"json": {"labels": {"env": "test"}}})),
     c("DELETE", "/v1/instances/{instance_id}", {TA, PADM, SA},

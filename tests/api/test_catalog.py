@@ -3,7 +3,6 @@ from __future__ import annotations
 import itertools
 
 import pytest
-
 from gpuaas_api.catalog.rules import ARTIFACT_TRANSITIONS, parse_reference
 from gpuaas_api.errors import ApiError
 

@@ -11,7 +11,6 @@ import time
 
 import httpx
 import psycopg
-
 from gpuaas_api.cli import build_parser
 
 CLI = [sys.executable, "-m", "gpuaas_api.cli"]

@@ -4,7 +4,6 @@ import hashlib
 import uuid
 
 import pytest
-
 from gpuaas_api.errors import ApiError
 from gpuaas_api.iam.service import bootstrap_platform_admin
 

@@ -4,7 +4,6 @@ import itertools
 from uuid import UUID
 
 import pytest
-
 from gpuaas_api.errors import ApiError
 from gpuaas_api.iam.auth import SYSTEM
 from gpuaas_api.instances import service
@@ -80,7 +79,8 @@ def test_compatibility_gate_says_exactly_why(world):
                               "topology": [{"role": "worker", "count": 1}]})
     assert reasons["compatibility.capacity_shape"] == ("allocation slice is gpu_slice; the app requires one of "
                                                        "['baremetal']")
-    assert reasons["compatibility.gpu_count"] == "allocation slice has 1 GPU(s); the app needs at least 4 per allocation"
+    assert reasons["compatibility.gpu_count"] == ("allocation slice has 1 GPU(s); the app needs at least 4 "
+                                                  "per allocation")
     assert reasons["compatibility.exclusive_node"].endswith("the app requires an exclusive node")
     assert "single-node (multi_node=false)" in reasons["compatibility.multi_node"]
     assert "gpu_slice networking does not span nodes" in reasons["compatibility.multi_node_gpu_slice"]

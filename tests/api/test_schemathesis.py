@@ -8,6 +8,8 @@ import collections
 
 import pytest
 import schemathesis
+from gpuaas_api.app import create_app
+from gpuaas_api.db import Database
 from hypothesis import HealthCheck, settings
 from schemathesis.checks import (
     content_type_conformance,
@@ -16,9 +18,6 @@ from schemathesis.checks import (
     response_schema_conformance,
     status_code_conformance,
 )
-
-from gpuaas_api.app import create_app
-from gpuaas_api.db import Database
 
 STATUSES: collections.Counter = collections.Counter()
 CHECKS = [not_a_server_error, status_code_conformance, content_type_conformance,

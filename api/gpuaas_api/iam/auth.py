@@ -6,6 +6,7 @@ import hashlib
 import secrets
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
+from typing import Annotated
 from uuid import UUID
 
 import psycopg
@@ -15,7 +16,7 @@ from fastapi.security import HTTPAuthorizationCredentials, HTTPBearer
 from ..errors import ApiError, forbidden, unauthenticated
 from .permissions import ROLES
 
-TOKEN_PREFIX = "gpa_"
+TOKEN_PREFIX = "gpa_"  # noqa: S105 - a public prefix that makes leaked tokens greppable
 _bearer = HTTPBearer(auto_error=False, description="API token issued by this service (shown once)")
 
 
@@ -118,7 +119,7 @@ def principal_for_token(conn: psycopg.Connection, token: str) -> Principal | Non
 
 
 def authenticate(request: Request,
-                 credentials: HTTPAuthorizationCredentials | None = Depends(_bearer)) -> Principal:
+                 credentials: Annotated[HTTPAuthorizationCredentials | None, Depends(_bearer)]) -> Principal:
     """FastAPI dependency: every /v1 route needs a valid token; anything else is 401."""
     if credentials is None or not credentials.credentials or len(credentials.credentials) > 200:
         raise unauthenticated()

@@ -117,7 +117,8 @@ def desired_counts(adapter: dict, requested: list[dict]) -> tuple[dict[str, int]
     return counts, problems
 
 
-def place(counts: dict[str, int], requested: list[dict], allocations: list[dict]) -> tuple[list[PlannedMember], list[dict]]:
+def place(counts: dict[str, int], requested: list[dict],
+          allocations: list[dict]) -> tuple[list[PlannedMember], list[dict]]:
     """Map logical roles onto hosts of the chosen allocations. The platform chooses hosts (round robin
     over all hosts, so roles spread out) unless a role names its placement explicitly. One member
     per role per host."""

@@ -47,7 +47,7 @@ def view(row: dict) -> dict:
 
 def get_instance(conn: psycopg.Connection, instance_id: UUID, *, lock: bool = False,
                  include_deleted: bool = False) -> dict:
-    sql = "SELECT * FROM app_instances WHERE id = %s" + (" FOR UPDATE" if lock else "")
+    sql = "SELECT * FROM app_instances WHERE id = %s" + (" FOR UPDATE" if lock else "")  # noqa: S608 - constant
     row = conn.execute(sql, (instance_id,)).fetchone()
     if row is None or (row["deleted_at"] is not None and not include_deleted):
         raise not_found("app_instance", instance_id)
