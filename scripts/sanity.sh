@@ -44,14 +44,18 @@ mkdir -p "$dest"
 
 # The collection's tracked files (as they are in the working tree; one deleted but not yet committed is
 # skipped). Parts of the repository that galaxy.yml's build_ignore keeps out of the collection (the control
-# service, benchmarks, dev scripts, molecule, CI) are not Ansible content and have their own linters; the
-# collection's tests/ stay in, as ansible-test expects.
+# service, benchmarks, dev scripts, molecule, CI) are not Ansible content and have their own linters (ruff,
+# ansible-lint). Of tests/, the parts ansible-test defines stay in (unit/, sanity/, integration/targets/); the
+# project's pytest suites for the control service and the test hosts (tests/api, tests/integration) do not.
 git ls-files -z | "$repo/.venv/bin/python" -c '
 import fnmatch, os, shutil, sys
 import yaml
 dest = sys.argv[1]
 ignored = [p for p in yaml.safe_load(open("galaxy.yml")).get("build_ignore", []) if p != "tests"]
+ansible_test_dirs = ("tests/unit/", "tests/sanity/", "tests/integration/targets/")
 def shipped(path):
+    if path.startswith("tests/") and not path.startswith(ansible_test_dirs):
+        return False
     return not any(fnmatch.fnmatch(path, p) or path.startswith(p.rstrip("/") + "/") for p in ignored)
 for path in sys.stdin.buffer.read().decode().split("\0"):
     if path and shipped(path) and os.path.lexists(path) and not os.path.isdir(path):
