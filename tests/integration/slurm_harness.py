@@ -31,6 +31,18 @@ TEST_HOST_VARS = {
 _venv_playbook = Path(sys.executable).parent / "ansible-playbook"
 ANSIBLE_PLAYBOOK = str(_venv_playbook) if _venv_playbook.exists() else shutil.which("ansible-playbook")
 DAEMONS = ("slurmctld", "slurmd", "munge", "slurmdbd")
+
+
+def ansible_env() -> dict[str, str]:
+    return dict(
+        os.environ,
+        ANSIBLE_COLLECTIONS_PATH=str(ROOT / "build" / "collections"),
+        ANSIBLE_HOST_KEY_CHECKING="False",
+        ANSIBLE_NOCOLOR="1",
+        ANSIBLE_FORCE_COLOR="0",
+    )
+
+
 _RECAP = re.compile(r"^(\S+)\s+: ok=(\d+)\s+changed=(\d+)\s+unreachable=(\d+)\s+failed=(\d+)", re.M)
 
 
@@ -110,13 +122,7 @@ class Cluster:
         cmd = [ANSIBLE_PLAYBOOK, "-i", str(inventory or self.inventory()), f"gpuaas.apps.{name}"]
         for key, value in extra_vars.items():
             cmd += ["-e", f"{key}={value}"]
-        env = dict(
-            os.environ,
-            ANSIBLE_COLLECTIONS_PATH=str(ROOT / "build" / "collections"),
-            ANSIBLE_HOST_KEY_CHECKING="False",
-            ANSIBLE_NOCOLOR="1",
-            ANSIBLE_FORCE_COLOR="0",
-        )
+        env = ansible_env()
         started = time.monotonic()
         proc = subprocess.run(cmd, capture_output=True, text=True, env=env, timeout=timeout, check=False)
         seconds = time.monotonic() - started

@@ -23,7 +23,14 @@ def test_molecule_scenario(scenario):
     testhosts.ensure_network()
     venv_bin = Path(sys.executable).parent
     env = dict(os.environ, PATH=f"{venv_bin}:{os.environ['PATH']}", ANSIBLE_NOCOLOR="1", NO_COLOR="1")
-    proc = subprocess.run([str(venv_bin / "molecule"), "test", "-s", scenario], cwd=ROOT, env=env,
-                          capture_output=True, text=True, timeout=1200, check=False)
+    proc = subprocess.run(
+        [str(venv_bin / "molecule"), "test", "-s", scenario],
+        cwd=ROOT,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=1200,
+        check=False,
+    )
     output = proc.stdout + proc.stderr
     assert proc.returncode == 0, f"molecule test -s {scenario} failed:\n{output[-6000:]}"
