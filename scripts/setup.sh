@@ -11,11 +11,27 @@ missing=()
 for pkg in "${APT_PACKAGES[@]}"; do
   dpkg-query -W -f='${Status}' "$pkg" 2>/dev/null | grep -q "install ok installed" || missing+=("$pkg")
 done
+SUDO=""; [ "$(id -u)" = 0 ] || SUDO="sudo"
 if ((${#missing[@]})); then
   echo "setup: installing ${missing[*]}"
-  SUDO=""; [ "$(id -u)" = 0 ] || SUDO="sudo"
   $SUDO apt-get update -qq
   DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq "${missing[@]}" >/dev/null
+fi
+
+# Podman as Debian ships it cannot start containers on this kind of machine (no CAP_SYS_RESOURCE
+# for its default ulimits, crun refuses the hybrid cgroup layout, the default network takes a /16).
+CONTAINERS_DROPIN=/etc/containers/containers.conf.d/50-gpuaas-testhosts.conf
+if [ ! -f "$CONTAINERS_DROPIN" ]; then
+  $SUDO mkdir -p "$(dirname "$CONTAINERS_DROPIN")"
+  $SUDO tee "$CONTAINERS_DROPIN" >/dev/null <<'CONF'
+[containers]
+default_ulimits = ["nofile=20000:20000", "nproc=32768:32768"]
+[engine]
+runtime = "runc"
+[network]
+default_subnet = "10.88.0.0/24"
+default_subnet_pools = [{"base" = "10.88.0.0/16", "size" = 24}]
+CONF
 fi
 
 PY=${PYTHON:-python3}
