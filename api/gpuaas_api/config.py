@@ -27,3 +27,50 @@ class Settings:
     default_token_ttl_days: int = field(
         default_factory=lambda: int(os.environ.get("GPUAAS_TOKEN_TTL_DAYS", "30"))
     )
+
+
+# Operations (issue 4) ----------------------------------------------------------------------------
+
+_CHECKOUT = Path(__file__).resolve().parents[2]
+DEFAULT_OPERATION_TIMEOUTS = {
+    "deploy": 3600, "member_add": 1800, "member_drain": 3600, "member_resume": 600, "member_remove": 1800,
+    "member_replace": 3600, "reconfigure": 1800, "upgrade": 3600, "rollback": 3600, "decommission": 1800,
+    "refresh": 300,
+}
+
+
+def _default_collections_path() -> Path | None:
+    built = _CHECKOUT / "build" / "collections"
+    return built if built.is_dir() else None
+
+
+def _timeouts() -> dict[str, int]:
+    """GPUAAS_OPERATION_TIMEOUTS="deploy=7200,refresh=60" overrides single kinds."""
+    out = dict(DEFAULT_OPERATION_TIMEOUTS)
+    for item in filter(None, os.environ.get("GPUAAS_OPERATION_TIMEOUTS", "").split(",")):
+        kind, _, seconds = item.partition("=")
+        if kind.strip() not in out:
+            raise ValueError(f"GPUAAS_OPERATION_TIMEOUTS: unknown operation kind {kind!r}")
+        out[kind.strip()] = int(seconds)
+    return out
+
+
+def _env_path(name: str) -> Path | None:
+    return Path(os.environ[name]) if os.environ.get(name) else None
+
+
+@dataclass(frozen=True)
+class OperationSettings:
+    state_dir: Path = field(default_factory=lambda: _env_path("GPUAAS_STATE_DIR")
+                            or platformdirs.user_state_path("gpuaas", appauthor=False))
+    collections_path: Path | None = field(default_factory=lambda: _env_path("GPUAAS_COLLECTIONS_PATH")
+                                          or _default_collections_path())
+    ssh_private_key_file: Path | None = field(default_factory=lambda: _env_path("GPUAAS_SSH_PRIVATE_KEY_FILE"))
+    ssh_host_key_checking: bool = field(default_factory=lambda: os.environ.get(
+        "GPUAAS_SSH_HOST_KEY_CHECKING", "true").lower() not in ("0", "false", "no"))
+    # Fernet key (urlsafe base64, 32 bytes); unset: a dev key generated into state_dir (with a warning).
+    secret_key: str | None = field(default_factory=lambda: os.environ.get("GPUAAS_SECRET_KEY") or None)
+    lease_seconds: float = field(default_factory=lambda: float(os.environ.get("GPUAAS_LEASE_SECONDS", "30")))
+    max_attempts: int = field(default_factory=lambda: int(os.environ.get("GPUAAS_MAX_ATTEMPTS", "3")))
+    poll_seconds: float = field(default_factory=lambda: float(os.environ.get("GPUAAS_WORKER_POLL_SECONDS", "1")))
+    timeouts: dict[str, int] = field(default_factory=_timeouts)

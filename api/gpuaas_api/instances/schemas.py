@@ -7,7 +7,7 @@ from uuid import UUID
 from pydantic import BaseModel, ConfigDict, Field, StringConstraints
 
 from ..allocations.schemas import Host
-from ..catalog.schemas import OperatingMode, RoleName, VersionString
+from ..catalog.schemas import JsonObject, OperatingMode, RoleName, VersionString
 from ..common import Name, Reason, Slug
 
 InstanceStatus = Literal["created", "starting", "running", "stopping", "stopped", "failed"]
@@ -42,6 +42,8 @@ class InstanceCreate(Strict):
     operating_mode: OperatingMode | None = Field(default=None, description="hint; server policy decides")
     control_plane_scope: Literal["project", "tenant", "platform"] | None = Field(default=None, description="hint")
     labels: dict[LabelKey, LabelValue] = Field(default_factory=dict, max_length=32)
+    parameters: JsonObject = Field(default_factory=dict,
+                                   description="extra vars for every run of this instance; never secret values")
 
 
 class InstanceUpdate(Strict):
@@ -77,6 +79,7 @@ class Instance(BaseModel):
     bound_capacity_shape: str
     topology: Topology
     labels: dict[str, str]
+    parameters: dict[str, Any] = Field(default_factory=dict)
     created_at: datetime
     updated_at: datetime
     deleted_at: datetime | None

@@ -137,11 +137,11 @@ def create_instance(conn: psycopg.Connection, actor: Principal, project: dict, b
     instance = conn.execute(
         """INSERT INTO app_instances (tenant_id, project_id, name, app_slug, app_version_id, operating_mode,
                operating_mode_hint, control_plane_scope, runtime_backend, tenant_boundary_mode,
-               bound_capacity_shape, topology, labels, created_by)
-           VALUES (%s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s) RETURNING *""",
+               bound_capacity_shape, topology, labels, created_by, parameters)
+           VALUES (%s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s) RETURNING *""",
         (project["tenant_id"], project["id"], body.name, app["slug"], version["id"], runtime.operating_mode,
          body.operating_mode, runtime.control_plane_scope, runtime.runtime_backend, runtime.tenant_boundary_mode,
-         "+".join(shapes), Jsonb(topology), Jsonb(body.labels), actor.id),
+         "+".join(shapes), Jsonb(topology), Jsonb(body.labels), actor.id, Jsonb(body.parameters)),
     ).fetchone()
     with conn.cursor() as cur:
         cur.executemany(

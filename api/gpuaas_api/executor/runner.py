@@ -1,0 +1,211 @@
+"""One run through ansible-runner: private data dir per operation attempt, ident = correlation id,
+events summarized into the instance timeline, secrets in a 0600 vars file outside the artifacts
+(passed with `-e @file`, deleted after the run), artifacts scrubbed and packed as tar.gz.
+
+Runner events carry module args and results (`res`, `task_args`); only summaries leave this module:
+host, task, play, changed, duration, and for failures a short message unless the task is no_log."""
+
+from __future__ import annotations
+
+import io
+import json
+import logging
+import os
+import re
+import signal
+import sys
+import tarfile
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from ansible_runner.interface import init_runner
+
+from ..config import OperationSettings
+from .plan import RunPlan
+
+log = logging.getLogger(__name__)
+REDACTED = "********"
+MESSAGE_CHARS = 400
+STATS_KEYS = ("ok", "changed", "failures", "dark", "skipped", "rescued", "ignored")
+# The service's own credentials must not reach the run's environment (ansible-runner copies the
+# worker's environment into the child and into the artifacts' `command` file).
+_PRIVATE_ENV = re.compile(r"^(GPUAAS_(?!OPERATION_ID$).*|DATABASE_URL|PG.*)$|SECRET|PASSWORD|TOKEN|CREDENTIAL",
+                          re.IGNORECASE)
+
+
+def child_env(env: dict[str, str]) -> dict[str, str]:
+    return {k: v for k, v in env.items() if not _PRIVATE_ENV.search(k)}
+
+
+class Redactor:
+    """Replaces every secret value (and its JSON-escaped form) in text."""
+
+    def __init__(self, values: list[str]):
+        forms = set()
+        for v in values:
+            if v:
+                forms |= {v, json.dumps(v)[1:-1]}
+        self.forms = sorted(forms, key=len, reverse=True)
+
+    def text(self, value: str) -> str:
+        for form in self.forms:
+            value = value.replace(form, REDACTED)
+        return value
+
+    def json(self, value):
+        return json.loads(self.text(json.dumps(value, default=str)))
+
+
+@dataclass
+class RunResult:
+    status: str  # successful | failed | canceled | timeout | lost
+    rc: int | None
+    failure: dict | None = None
+    stats: dict | None = None
+    module_results: dict[str, dict] = field(default_factory=dict)
+    tarball: bytes = b""
+
+
+def _short(message) -> str:
+    text = message if isinstance(message, str) else json.dumps(message, default=str)
+    return text if len(text) <= MESSAGE_CHARS else text[:MESSAGE_CHARS] + "..."
+
+
+def summarize(event: dict) -> tuple[str, dict] | None:
+    """Timeline summary of one runner event, or None for events the timeline leaves out."""
+    kind, d = event.get("event"), event.get("event_data") or {}
+    where = {"host": d.get("host"), "task": d.get("task"), "play": d.get("play")}
+    res = d.get("res") if isinstance(d.get("res"), dict) else {}
+    hidden = bool(res.get("censored")) or bool(res.get("_ansible_no_log"))
+    if kind == "playbook_on_start":
+        return "run.playbook_started", {"playbook": Path(d.get("playbook") or "").name}
+    if kind == "playbook_on_play_start":
+        return "run.play_started", {"play": d.get("play"), "pattern": d.get("play_pattern")}
+    if kind == "runner_on_start":
+        return "run.task_started", where
+    if kind == "runner_on_ok":
+        return "run.task_ok", where | {"changed": bool(res.get("changed")), "duration": d.get("duration")}
+    if kind in ("runner_on_failed", "runner_on_unreachable"):
+        message = "output hidden (no_log)" if hidden else _short(res.get("msg") or res.get("stderr") or "")
+        name = "run.host_unreachable" if kind == "runner_on_unreachable" else "run.task_failed"
+        return name, where | {"message": message, "ignored": bool(d.get("ignore_errors")),
+                              "duration": d.get("duration")}
+    if kind == "playbook_on_stats":
+        return "run.playbook_stats", {k: d.get(k) or {} for k in STATS_KEYS}
+    return None
+
+
+def _write_private(path: Path, data: dict) -> None:
+    path.parent.mkdir(parents=True, exist_ok=True, mode=0o700)
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+    with os.fdopen(fd, "w") as f:
+        json.dump(data, f)
+
+
+def kill_leftovers(marker: str) -> int:
+    """SIGKILL processes of this run that escaped its process group (e.g. ssh ControlPersist masters,
+    which daemonize): they carry GPUAAS_OPERATION_ID=<marker> in their environment."""
+    needle = f"GPUAAS_OPERATION_ID={marker}".encode()
+    killed = 0
+    for proc in Path("/proc").iterdir():
+        if not proc.name.isdigit() or int(proc.name) == os.getpid():
+            continue
+        try:
+            if needle in (proc / "environ").read_bytes().split(b"\0"):
+                os.kill(int(proc.name), signal.SIGKILL)
+                killed += 1
+        except (OSError, ValueError):
+            continue
+    return killed
+
+
+def run(settings: OperationSettings, op: dict, plan: RunPlan, *, on_event: Callable[[str, dict], None],
+        should_stop: Callable[[], str | None]) -> RunResult:
+    """Run the plan; `should_stop` returns a reason (canceled | timeout | lost) to kill the run's whole
+    process group (ansible-runner SIGKILLs the pexpect child's group), else None."""
+    pdd = settings.state_dir / "runs" / str(op["id"]) / f"attempt-{op['attempt']}"
+    pdd.mkdir(parents=True, exist_ok=True, mode=0o700)
+    secret_file = settings.state_dir / "secret-vars" / f"{op['id']}-{op['attempt']}.json"
+    vars_file = pdd / "vars.json"
+    redact = Redactor(list(plan.secret_vars.values()) + [settings.secret_key or ""])
+    vars_file.write_text(json.dumps(redact.json(plan.extravars)))
+    cmdline = f"-e @{vars_file}"
+    if plan.secret_vars:
+        _write_private(secret_file, plan.secret_vars)
+        cmdline += f" -e @{secret_file}"
+    env = {"GPUAAS_OPERATION_ID": str(op["id"]), "ANSIBLE_RETRY_FILES_ENABLED": "False",
+           # ansible-playbook from the service's own environment (a venv need not be activated)
+           "PATH": os.pathsep.join([str(Path(sys.executable).parent), os.environ.get("PATH", "")]),
+           "ANSIBLE_SSH_CONTROL_PATH_DIR": str(pdd / "cp"), "ANSIBLE_NOCOLOR": "1"}
+    if settings.collections_path:
+        env["ANSIBLE_COLLECTIONS_PATH"] = str(settings.collections_path)
+    if not settings.ssh_host_key_checking:
+        env["ANSIBLE_HOST_KEY_CHECKING"] = "False"
+    result = RunResult(status="failed", rc=None)
+    stop_reason: list[str] = []
+
+    def handle(event: dict) -> bool:
+        summary = summarize(event)
+        d = event.get("event_data") or {}
+        if summary:
+            name, payload = summary
+            payload = redact.json(payload)
+            on_event(name, payload)
+            if name in ("run.task_failed", "run.host_unreachable") and not payload["ignored"] and not result.failure:
+                result.failure = {k: payload[k] for k in ("host", "task", "play", "message")}
+            if name == "run.playbook_stats":
+                result.stats = payload
+        if event.get("event") == "runner_on_ok" and plan.module and isinstance(d.get("res"), dict):
+            result.module_results[d.get("host")] = d["res"]
+        return True
+
+    def cancel() -> bool:
+        if not stop_reason:
+            reason = should_stop()
+            if reason:
+                stop_reason.append(reason)
+        return bool(stop_reason)
+
+    kwargs = dict(private_data_dir=str(pdd), ident=op["correlation_id"], inventory=plan.inventory, envvars=env,
+                  cmdline=cmdline, quiet=True, event_handler=handle, cancel_callback=cancel,
+                  suppress_env_files=True, settings={"pexpect_timeout": 0.5, "suppress_ansible_output": True})
+    if plan.module:
+        kwargs |= {"module": plan.module, "module_args": plan.module_args, "host_pattern": plan.host_pattern}
+    else:
+        kwargs["playbook"] = plan.playbook
+    started = time.monotonic()
+    try:
+        runner = init_runner(**kwargs)
+        runner.config.env = child_env(runner.config.env)
+        runner.run()
+        result.rc = runner.rc
+        result.status = stop_reason[0] if stop_reason else runner.status
+    finally:
+        secret_file.unlink(missing_ok=True)
+        if stop_reason:
+            kill_leftovers(str(op["id"]))
+    log.info("operation %s %s: %s (rc=%s) in %.1fs", op["id"], op["kind"], result.status, result.rc,
+             time.monotonic() - started)
+    result.tarball = pack(pdd, redact)
+    return result
+
+
+def pack(pdd: Path, redact: Redactor) -> bytes:
+    """tar.gz of the run directory (inventory, vars, artifacts), secrets scrubbed once more (on disk
+    too) as a second line of defence, sockets and other special files left out."""
+    buf = io.BytesIO()
+    with tarfile.open(fileobj=buf, mode="w:gz") as tar:
+        for path in sorted(pdd.rglob("*")):
+            if not path.is_file() or path.is_symlink():
+                continue
+            original = path.read_text("utf-8", errors="replace")
+            text = redact.text(original)
+            if text != original:  # scrub the copy on disk as well
+                path.write_text(text)
+            data = text.encode()
+            info = tarfile.TarInfo(str(path.relative_to(pdd)))
+            info.size, info.mtime, info.mode = len(data), int(path.stat().st_mtime), 0o600
+            tar.addfile(info, io.BytesIO(data))
+    return buf.getvalue()

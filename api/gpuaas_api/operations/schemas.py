@@ -1,0 +1,65 @@
+from __future__ import annotations
+
+from datetime import datetime
+from typing import Annotated, Any, Literal
+from uuid import UUID
+
+from pydantic import BaseModel, ConfigDict, Field, StringConstraints
+
+from ..catalog.schemas import JsonObject, RoleName
+from ..common import Name
+
+OperationKind = Literal["deploy", "member_add", "member_drain", "member_resume", "member_remove", "member_replace",
+                        "reconfigure", "upgrade", "rollback", "decommission", "refresh"]
+OperationStatus = Literal["queued", "running", "succeeded", "failed", "canceled"]
+IdempotencyKey = Annotated[str, StringConstraints(pattern=r"^[A-Za-z0-9._:\-]{1,128}$")]
+
+
+class Strict(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+
+class MemberAdd(Strict):
+    role: RoleName
+    allocation_id: UUID
+    host_name: Name | None = Field(default=None, description="default: the first free host of the allocation")
+
+
+class MemberReplace(Strict):
+    allocation_id: UUID = Field(description="allocation holding the new member's host")
+    host_name: Name | None = Field(default=None, description="default: the first free host of the allocation")
+
+
+class Reconfigure(Strict):
+    parameters: JsonObject = Field(default_factory=dict,
+                                   description="merged over the instance parameters for this run; kept on success")
+
+
+class Upgrade(Strict):
+    app_version_id: UUID = Field(description="an active version of the same app")
+
+
+class OperationError(BaseModel):
+    code: str
+    message: str
+    details: dict[str, Any] = Field(default_factory=dict)
+
+
+class Operation(BaseModel):
+    id: UUID
+    kind: OperationKind
+    status: OperationStatus
+    instance_id: UUID
+    correlation_id: str
+    params: dict[str, Any]
+    member_ids: list[UUID]
+    attempt: int = Field(description="runs started so far (a lost worker lease re-queues the operation)")
+    max_attempts: int
+    timeout_s: int
+    cancel_requested: bool
+    error: OperationError | None
+    result: dict[str, Any] | None
+    created_at: datetime
+    started_at: datetime | None
+    finished_at: datetime | None
+    updated_at: datetime

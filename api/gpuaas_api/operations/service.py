@@ -1,0 +1,255 @@
+"""Operations: accepting requests (conflicts, idempotency, audit) and the durable queue the workers
+consume (claim with FOR UPDATE SKIP LOCKED, leases, heartbeats, fenced completion, recovery of
+expired leases). Every function takes a connection inside the caller's transaction."""
+
+from __future__ import annotations
+
+import logging
+from typing import Any
+from uuid import UUID
+
+import psycopg
+from psycopg.types.json import Jsonb
+
+from .. import correlation
+from ..audit import service as audit
+from ..common import page_of
+from ..config import OperationSettings
+from ..errors import conflict, not_found
+from ..iam.auth import Principal
+from ..instances import service as instances
+from . import rules, truth
+
+log = logging.getLogger(__name__)
+
+
+class _KeyTaken(Exception):
+    """The idempotency key's unique index refused the insert: a concurrent retry won the race."""
+
+
+def get(conn: psycopg.Connection, operation_id: UUID, *, lock: bool = False) -> dict:
+    sql = "SELECT * FROM operations WHERE id = %s" + (" FOR UPDATE" if lock else "")  # noqa: S608 - constant
+    row = conn.execute(sql, (operation_id,)).fetchone()
+    if row is None:
+        raise not_found("operation", operation_id)
+    return row
+
+
+def list_for_instance(conn: psycopg.Connection, instance_id: UUID, *, status: str | None, after: int | None,
+                      limit: int) -> tuple[list[dict], str | None]:
+    """Oldest first (queue order), keyset-paginated on seq."""
+    rows = conn.execute(
+        """SELECT * FROM operations WHERE instance_id = %(iid)s AND seq > %(after)s
+              AND (%(status)s::text IS NULL OR status = %(status)s) ORDER BY seq LIMIT %(limit)s""",
+        {"iid": instance_id, "after": after or 0, "status": status, "limit": limit + 1}).fetchall()
+    return page_of(rows, limit)
+
+
+def _by_key(conn, instance_id: UUID, actor: Principal, key: str) -> dict | None:
+    return conn.execute("""SELECT * FROM operations WHERE instance_id = %s AND requested_by = %s
+                           AND idempotency_key = %s""", (instance_id, actor.id, key)).fetchone()
+
+
+def _replay(existing: dict, kind: str, request: dict) -> dict:
+    if existing["kind"] != kind or existing["params"].get("request") != request:
+        raise conflict("idempotency_key_reused", "this Idempotency-Key was used for a different request",
+                       operation_id=str(existing["id"]))
+    return existing
+
+
+def accept(conn: psycopg.Connection, settings: OperationSettings, actor: Principal, instance_id: UUID, kind: str,
+           request: dict[str, Any], *, member_id: UUID | None = None, idempotency_key: str | None = None) -> dict:
+    """Queue one operation, or refuse with a 409 that says why. The instance row lock serializes every
+    request for one instance, so checks and the insert see one consistent state; the unique index on
+    the idempotency key is the guarantee that concurrent retries yield one operation."""
+    instance = instances.get_instance(conn, instance_id, lock=True)
+    if idempotency_key:
+        existing = _by_key(conn, instance_id, actor, idempotency_key)
+        if existing:
+            return _replay(existing, kind, request)
+    try:
+        with conn.transaction():  # savepoint: a lost idempotency race undoes the pending member too
+            return _queue(conn, settings, actor, instance, kind, request, member_id, idempotency_key)
+    except _KeyTaken:
+        return _replay(_by_key(conn, instance_id, actor, idempotency_key), kind, request)
+
+
+def _queue(conn, settings: OperationSettings, actor: Principal, instance: dict, kind: str, request: dict,
+           member_id: UUID | None, idempotency_key: str | None) -> dict:
+    open_ops = conn.execute("""SELECT id, kind, status, member_ids FROM operations
+                                WHERE instance_id = %s AND status IN ('queued', 'running') ORDER BY seq""",
+                            (instance["id"],)).fetchall()
+    for o in open_ops:
+        if o["kind"] == "decommission":
+            raise conflict("instance_decommissioning", "a decommission is queued or running for this instance",
+                           operation_id=str(o["id"]))
+        if o["kind"] == kind == "deploy":
+            raise conflict("operation_in_progress", "a deploy is already queued or running",
+                           operation_id=str(o["id"]))
+    rules.check_instance(kind, instance, accepting=True)
+    cid = correlation.current()
+    params: dict[str, Any] = {"request": request}
+    member_ids: list[UUID] = []
+    if member_id is not None:
+        member = instances.get_member(conn, instance["id"], member_id)
+        busy = next((o for o in open_ops if member_id in (o["member_ids"] or [])), None)
+        if busy:
+            raise conflict("member_busy", f"member {member['node_name']} has a {busy['status']} {busy['kind']}",
+                           operation_id=str(busy["id"]), kind=busy["kind"], status=busy["status"])
+        rules.check_member(kind, member)
+        member_ids.append(member_id)
+    if kind in ("member_add", "member_replace"):
+        role = request["role"] if kind == "member_add" else member["role"]
+        new = instances.add_member(conn, actor, instance["id"], role, UUID(str(request["allocation_id"])),
+                                   request.get("host_name"), correlation_id=cid)
+        member_ids.append(new["id"])
+        if kind == "member_replace":
+            params |= {"old_member_id": str(member_id), "new_member_id": str(new["id"])}
+    if kind == "upgrade":
+        params["target_version_id"] = str(_upgrade_target(conn, instance, UUID(str(request["app_version_id"]))))
+    if kind == "rollback":
+        if instance["previous_version_id"] is None:
+            raise conflict("no_previous_version", "the instance has no previous version to roll back to")
+        params["target_version_id"] = str(instance["previous_version_id"])
+    op = conn.execute(
+        """INSERT INTO operations (instance_id, tenant_id, project_id, kind, params, member_ids, correlation_id,
+               idempotency_key, requested_by_kind, requested_by, max_attempts, timeout_s)
+           VALUES (%s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s)
+           ON CONFLICT (instance_id, requested_by, idempotency_key) WHERE idempotency_key IS NOT NULL
+           DO NOTHING RETURNING *""",
+        (instance["id"], instance["tenant_id"], instance["project_id"], kind, Jsonb(params), member_ids, cid,
+         idempotency_key, actor.kind, actor.id, settings.max_attempts, settings.timeouts[kind]),
+    ).fetchone()
+    if op is None:
+        raise _KeyTaken
+    audit.append_event(conn, instance, "operation.queued",
+                       {"operation_id": str(op["id"]), "kind": kind, "member_ids": [str(m) for m in member_ids]})
+    audit.record(conn, actor, f"apps.operation.{kind}", "operation", op["id"],
+                 after={"kind": kind, "request": request, "member_ids": [str(m) for m in member_ids]},
+                 context=audit.instance_context(instance))
+    return op
+
+
+def _upgrade_target(conn, instance: dict, version_id: UUID) -> UUID:
+    v = conn.execute("""SELECT v.*, a.status AS artifact_status FROM app_versions v
+                          JOIN artifacts a ON a.id = v.artifact_id WHERE v.id = %s""", (version_id,)).fetchone()
+    if v is None or v["app_slug"] != instance["app_slug"]:
+        raise not_found("app_version", version_id)
+    if v["id"] == instance["app_version_id"]:
+        raise conflict("already_at_version", f"the instance already runs version {v['version']}")
+    if v["status"] != "active" or v["artifact_status"] != "active":
+        raise conflict("version_not_usable", f"version {v['version']} is {v['status']} (artifact "
+                       f"{v['artifact_status']}); upgrades need an active version", version=v["version"])
+    return v["id"]
+
+
+def cancel(conn: psycopg.Connection, actor: Principal, operation_id: UUID) -> dict:
+    """Queued: canceled at once. Running: flagged; its worker kills the run's process tree (seconds)
+    and records the outcome. Finished: 409."""
+    op = get(conn, operation_id, lock=True)
+    instance = instances.get_instance(conn, op["instance_id"], include_deleted=True)
+    if op["status"] in rules.TERMINAL:
+        raise conflict("operation_finished", f"the operation already {op['status']}", status=op["status"])
+    audit.record(conn, actor, "apps.operation.cancel", "operation", op["id"], before={"status": op["status"]},
+                 context=audit.instance_context(instance))
+    if op["status"] == "queued":
+        op = _set_final(conn, op["id"], "canceled", {"code": "canceled", "message": "canceled before it ran"})
+        audit.append_event(conn, instance, "operation.canceled", {"operation_id": str(op["id"]), "kind": op["kind"]},
+                           correlation_id=op["correlation_id"])
+        truth.on_cancel_queued(conn, op)
+        return op
+    return conn.execute("""UPDATE operations SET cancel_requested = true, updated_at = now() WHERE id = %s
+                           RETURNING *""", (op["id"],)).fetchone()
+
+
+def _set_final(conn, operation_id: UUID, status: str, error: dict | None, result: dict | None = None) -> dict:
+    return conn.execute(
+        """UPDATE operations SET status = %s, error = %s, result = %s, finished_at = now(), updated_at = now(),
+               lease_owner = NULL, lease_expires_at = NULL WHERE id = %s RETURNING *""",
+        (status, Jsonb(error) if error else None, Jsonb(result) if result else None, operation_id)).fetchone()
+
+
+# The queue ------------------------------------------------------------------------------------------
+
+def claim(conn: psycopg.Connection, worker_id: str, lease_seconds: float) -> dict | None:
+    """Take the oldest queued operation that heads its instance's queue (nothing older is queued or
+    running on that instance), skipping rows another worker is claiming right now."""
+    return conn.execute(
+        """WITH next AS (
+               SELECT o.id FROM operations o
+                WHERE o.status = 'queued'
+                  AND NOT EXISTS (SELECT 1 FROM operations p WHERE p.instance_id = o.instance_id
+                                     AND p.status IN ('queued', 'running') AND p.seq < o.seq)
+                ORDER BY o.seq LIMIT 1 FOR UPDATE OF o SKIP LOCKED)
+           UPDATE operations o SET status = 'running', attempt = o.attempt + 1, lease_owner = %(w)s,
+                  lease_expires_at = now() + make_interval(secs => %(lease)s), heartbeat_at = now(),
+                  started_at = coalesce(o.started_at, now()), updated_at = now()
+             FROM next WHERE o.id = next.id RETURNING o.*""",
+        {"w": worker_id, "lease": lease_seconds}).fetchone()
+
+
+def heartbeat(conn: psycopg.Connection, operation_id: UUID, worker_id: str, lease_seconds: float) -> dict | None:
+    """Extend the lease; returns {cancel_requested}, or None when this worker no longer holds it."""
+    return conn.execute(
+        """UPDATE operations SET lease_expires_at = now() + make_interval(secs => %s), heartbeat_at = now()
+            WHERE id = %s AND lease_owner = %s AND status = 'running' RETURNING cancel_requested""",
+        (lease_seconds, operation_id, worker_id)).fetchone()
+
+
+def finish(conn: psycopg.Connection, operation_id: UUID, worker_id: str, status: str, *,
+           error: dict | None = None, result: dict | None = None) -> dict | None:
+    """Record the outcome, fenced on the lease: None when another worker recovered the operation."""
+    held = conn.execute("""SELECT 1 FROM operations WHERE id = %s AND lease_owner = %s AND status = 'running'
+                           FOR UPDATE""", (operation_id, worker_id)).fetchone()
+    if held is None:
+        return None
+    return _set_final(conn, operation_id, status, error, result)
+
+
+def recover_expired(conn: psycopg.Connection) -> list[dict]:
+    """Operations whose worker stopped heartbeating. Playbooks are idempotent, so the run is queued
+    again (attempt+1 on its next claim) until max_attempts; then it fails with the reason and the
+    instance and members are set to what is known (failed). A pending cancel wins."""
+    out = []
+    expired = conn.execute("""SELECT * FROM operations WHERE status = 'running' AND lease_expires_at < now()
+                               ORDER BY seq FOR UPDATE SKIP LOCKED""").fetchall()
+    for op in expired:
+        instance = instances.get_instance(conn, op["instance_id"], include_deleted=True)
+        lost = {"operation_id": str(op["id"]), "kind": op["kind"], "attempt": op["attempt"],
+                "worker": op["lease_owner"], "lease_expired_at": op["lease_expires_at"].isoformat()}
+        if op["cancel_requested"]:
+            final = _set_final(conn, op["id"], "canceled", {"code": "canceled",
+                               "message": "canceled; its worker stopped before confirming"})
+            audit.append_event(conn, instance, "operation.canceled", lost, correlation_id=op["correlation_id"])
+            truth.on_failure(conn, final, "operation canceled while running")
+        elif op["attempt"] < op["max_attempts"]:
+            final = conn.execute("""UPDATE operations SET status = 'queued', lease_owner = NULL,
+                                       lease_expires_at = NULL, updated_at = now() WHERE id = %s RETURNING *""",
+                                 (op["id"],)).fetchone()
+            audit.append_event(conn, instance, "operation.requeued",
+                               lost | {"reason": "worker lease expired; the playbook is idempotent, running it again"},
+                               correlation_id=op["correlation_id"])
+        else:
+            message = f"worker lease expired on attempt {op['attempt']} of {op['max_attempts']}; giving up"
+            final = _set_final(conn, op["id"], "failed", {"code": "lease_expired", "message": message,
+                                                          "details": {"worker": op["lease_owner"]}})
+            audit.append_event(conn, instance, "operation.failed", lost | {"code": "lease_expired", "reason": message},
+                               correlation_id=op["correlation_id"])
+            truth.on_failure(conn, final, message)
+        out.append(final)
+    return out
+
+
+def store_artifacts(conn: psycopg.Connection, operation_id: UUID, attempt: int, tarball: bytes) -> None:
+    conn.execute("""INSERT INTO operation_artifacts (operation_id, attempt, tarball) VALUES (%s, %s, %s)
+                    ON CONFLICT (operation_id, attempt) DO UPDATE SET tarball = EXCLUDED.tarball""",
+                 (operation_id, attempt, tarball))
+
+
+def get_artifacts(conn: psycopg.Connection, operation_id: UUID, attempt: int | None) -> dict:
+    row = conn.execute("""SELECT attempt, tarball FROM operation_artifacts WHERE operation_id = %s
+                           AND (%s::int IS NULL OR attempt = %s) ORDER BY attempt DESC LIMIT 1""",
+                       (operation_id, attempt, attempt)).fetchone()
+    if row is None:
+        raise not_found("operation_artifacts", operation_id)
+    return row
