@@ -8,10 +8,10 @@ prefix=demo
 workdir=build/demo
 mkdir -p "$workdir"
 step() { printf '\n==> %s\n' "$*"; }
-trap 'python3 scripts/testhosts.py down --prefix "$prefix"' EXIT
+trap '.venv/bin/python scripts/testhosts.py down --prefix "$prefix"' EXIT
 
 step "Starting four test hosts (podman + systemd, SSH); the first run builds the image"
-python3 scripts/testhosts.py up --prefix "$prefix" ctl w1 w2 w3 > "$workdir/hosts.json"
+.venv/bin/python scripts/testhosts.py up --prefix "$prefix" ctl w1 w2 w3 > "$workdir/hosts.json"
 python3 - "$workdir" <<'PY'
 import json, sys
 workdir = sys.argv[1]

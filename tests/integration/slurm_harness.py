@@ -5,7 +5,6 @@ Shared by the integration tests and bench/bench_slurm_lifecycle.py.
 
 from __future__ import annotations
 
-import importlib.util
 import os
 import re
 import shutil
@@ -15,10 +14,9 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from gpuaas_api import testhosts
+
 ROOT = Path(__file__).resolve().parents[2]
-_spec = importlib.util.spec_from_file_location("testhosts", ROOT / "scripts" / "testhosts.py")
-testhosts = importlib.util.module_from_spec(_spec)
-_spec.loader.exec_module(testhosts)
 
 # Unprivileged containers cannot initialize Slurm's cgroup plugins (FACTS.md); production keeps them.
 TEST_HOST_VARS = {
