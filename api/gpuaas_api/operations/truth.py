@@ -21,14 +21,15 @@ LIVE = ("joining", "active", "draining", "drained", "removing")
 
 
 def _path(table: dict[str, frozenset[str]], start: str, goal: str) -> list[str] | None:
-    """Shortest legal path of statuses from start to goal (excluding start); None if unreachable."""
+    """Shortest legal path of statuses from start to goal (excluding start); None if unreachable.
+    `failed` is never a stop on the way: it would claim something the run did not show."""
     seen, queue = {start}, deque([(start, [])])
     while queue:
         state, path = queue.popleft()
         if state == goal:
             return path
         for nxt in sorted(table[state]):
-            if nxt not in seen:
+            if nxt not in seen and (nxt != "failed" or nxt == goal):
                 seen.add(nxt)
                 queue.append((nxt, path + [nxt]))
     return None
