@@ -93,6 +93,33 @@ class Ctx:
                                    "values") VALUES ('project', %s, %s, %s, 'deny', %s) RETURNING id""",
                             (self.ids["tenant_a"], self.ids["project_a1"], dimension, ["x"]))["id"])
 
+    def running_instance(self, previous: bool = False) -> tuple[str, str]:
+        """A fresh instance marked running with active members (operations only queue here; no worker
+        runs them). Returns (instance id, a worker member id)."""
+        iid = self.fresh_instance()
+        self.sql("""UPDATE app_instances SET status = 'running',
+                        previous_version_id = CASE WHEN %s THEN app_version_id END WHERE id = %s RETURNING id""",
+                 (previous, iid))
+        self.sql("UPDATE app_instance_members SET status = 'active' WHERE instance_id = %s RETURNING id", (iid,))
+        member = self.sql("SELECT id FROM app_instance_members WHERE instance_id = %s AND role = 'worker'", (iid,))
+        return iid, str(member["id"])
+
+    def member_op(self, action: str, status: str = "active") -> str:
+        iid, mid = self.running_instance()
+        self.sql("UPDATE app_instance_members SET status = %s WHERE id = %s RETURNING id", (status, mid))
+        return f"/v1/instances/{iid}/members/{mid}/{action}"
+
+    def active_version_id(self) -> str:
+        version = self.fresh_version()
+        return self.w.call(PA, "POST", f"/v1/catalog/apps/slurm/versions/{version}/transitions", 200,
+                           json={"to": "active", "reason": "publish"}).json()["id"]
+
+    def queued_operation(self) -> str:
+        op = self.w.call(PADM, "POST", f"/v1/instances/{self.fresh_instance()}/deploy", 202).json()["id"]
+        self.sql("INSERT INTO operation_artifacts (operation_id, attempt, tarball) VALUES (%s, 1, %s) RETURNING 1",
+                 (op, b"not really a tarball"))
+        return op
+
     def member_id(self) -> str:
         return str(self.sql("SELECT id FROM app_instance_members WHERE instance_id = %s LIMIT 1",
                             (self.ids["instance_a1"],))["id"])
@@ -243,6 +270,41 @@ CASES: list[Case] = [
       lambda x, a: ("GET", f"/v1/instances/{x.ids['instance_a1']}/members/{x.member_id()}", {})),
     c("GET", "/v1/instances/{instance_id}/events", PROJECT_READERS,
       lambda x, a: ("GET", f"/v1/instances/{x.ids['instance_a1']}/events", {})),
+    # operations
+    c("POST", "/v1/instances/{instance_id}/deploy", {TA, PADM, SA},
+      lambda x, a: ("POST", f"/v1/instances/{x.fresh_instance()}/deploy", {})),
+    c("POST", "/v1/instances/{instance_id}/reconfigure", {TA, PADM, SA}, lambda x, a: (
+        "POST", f"/v1/instances/{x.running_instance()[0]}/reconfigure", {"json": {"parameters": {"x": 1}}})),
+    c("POST", "/v1/instances/{instance_id}/upgrade", {TA, PADM, SA}, lambda x, a: (
+        "POST", f"/v1/instances/{x.running_instance()[0]}/upgrade",
+        {"json": {"app_version_id": x.active_version_id()}})),
+    c("POST", "/v1/instances/{instance_id}/rollback", {TA, PADM, SA},
+      lambda x, a: ("POST", f"/v1/instances/{x.running_instance(previous=True)[0]}/rollback", {})),
+    c("POST", "/v1/instances/{instance_id}/decommission", {TA, PADM, SA},
+      lambda x, a: ("POST", f"/v1/instances/{x.running_instance()[0]}/decommission", {})),
+    c("POST", "/v1/instances/{instance_id}/refresh", {TA, PADM, SA},
+      lambda x, a: ("POST", f"/v1/instances/{x.running_instance()[0]}/refresh", {})),
+    c("POST", "/v1/instances/{instance_id}/members", {TA, PADM, SA}, lambda x, a: (
+        "POST", f"/v1/instances/{x.running_instance()[0]}/members",
+        {"json": {"role": "worker", "allocation_id": x.ids["alloc_a1"]}})),
+    c("POST", "/v1/instances/{instance_id}/members/{member_id}/drain", {TA, PADM, SA},
+      lambda x, a: ("POST", x.member_op("drain"), {})),
+    c("POST", "/v1/instances/{instance_id}/members/{member_id}/resume", {TA, PADM, SA},
+      lambda x, a: ("POST", x.member_op("resume", "drained"), {})),
+    c("POST", "/v1/instances/{instance_id}/members/{member_id}/remove", {TA, PADM, SA},
+      lambda x, a: ("POST", x.member_op("remove"), {})),
+    c("POST", "/v1/instances/{instance_id}/members/{member_id}/replace", {TA, PADM, SA},
+      lambda x, a: ("POST", x.member_op("replace"), {"json": {"allocation_id": x.ids["alloc_a1"]}})),
+    c("GET", "/v1/operations/{operation_id}", PROJECT_READERS,
+      lambda x, a: ("GET", f"/v1/operations/{x.queued_operation()}", {})),
+    c("POST", "/v1/operations/{operation_id}/cancel", {TA, PADM, SA},
+      lambda x, a: ("POST", f"/v1/operations/{x.queued_operation()}/cancel", {})),
+    c("GET", "/v1/instances/{instance_id}/operations", PROJECT_READERS,
+      lambda x, a: ("GET", f"/v1/instances/{x.ids['instance_a1']}/operations", {})),
+    c("GET", "/v1/operations/{operation_id}/artifacts", {TA, PADM, SA},
+      lambda x, a: ("GET", f"/v1/operations/{x.queued_operation()}/artifacts", {})),
+    c("GET", "/v1/instances/{instance_id}/events/stream", PROJECT_READERS, lambda x, a: (
+        "GET", f"/v1/instances/{x.ids['instance_a1']}/events/stream", {"params": {"max_seconds": 1}})),
     # audit
     c("GET", "/v1/audit", {PA, TA, PADM},
       lambda x, a: ("GET", "/v1/audit", {"params": {"project_id": x.ids["project_a1"]}})),

@@ -12,7 +12,6 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
-from api.conftest import client, database, db_url, fresh_database, pg_uri  # noqa: F401 - fixtures reused
 from api.world import World, build_world, register_allocation
 from cryptography.fernet import Fernet
 from gpuaas_api import db as dbmod
@@ -20,9 +19,13 @@ from gpuaas_api.app import create_app
 from gpuaas_api.config import DEFAULT_OPERATION_TIMEOUTS, OperationSettings
 from gpuaas_api.executor.worker import Worker
 
+from api import conftest as api_fixtures
+
 from .helpers import TEST_APP, publish_test_app
 
 HERE = Path(__file__).parent
+# The API tests' fixtures, reused: embedded PostgreSQL, per-test database clone, client.
+pg_uri, db_url, database, client = api_fixtures.pg_uri, api_fixtures.db_url, api_fixtures.database, api_fixtures.client
 
 
 @pytest.fixture(scope="session")
@@ -68,11 +71,11 @@ class Ops:
             return conn.execute(query, params).fetchall()
 
     def start_worker(self, concurrency: int = 1, name: str | None = None) -> Worker:
-        database = dbmod.Database(self.db_url, min_size=1, max_size=2 + 3 * concurrency)
-        database.open()
-        worker = Worker(database, self.settings, name=name, concurrency=concurrency)
+        pool = dbmod.Database(self.db_url, min_size=1, max_size=2 + 3 * concurrency)
+        pool.open()
+        worker = Worker(pool, self.settings, name=name, concurrency=concurrency)
         worker.start()
-        self.workers.append((worker, database))
+        self.workers.append((worker, pool))
         return worker
 
 
