@@ -1,0 +1,15 @@
+from __future__ import annotations
+
+import argparse
+
+
+def register(sub: argparse._SubParsersAction) -> None:
+    p = sub.add_parser("demo", help="the whole product on this machine: service, worker, test hosts, a Slurm "
+                                    "cluster deployed and operated through the API")
+    p.set_defaults(func=run)
+
+
+def run(args: argparse.Namespace) -> int:
+    from ..demo import run_demo
+
+    return run_demo(say=lambda line: print(line, flush=True))
