@@ -86,7 +86,9 @@ def _queue(conn, settings: OperationSettings, actor: Principal, instance: dict, 
         if o["kind"] == kind == "deploy":
             raise conflict("operation_in_progress", "a deploy is already queued or running",
                            operation_id=str(o["id"]))
-    rules.check_instance(kind, instance, accepting=True)
+    # Behind a queued deploy the instance counts as starting: later requests may queue behind it.
+    deploying = instance["status"] == "created" and any(o["kind"] == "deploy" for o in open_ops)
+    rules.check_instance(kind, instance | ({"status": "starting"} if deploying else {}), accepting=True)
     cid = correlation.current()
     params: dict[str, Any] = {"request": request}
     member_ids: list[UUID] = []
