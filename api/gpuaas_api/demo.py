@@ -61,6 +61,8 @@ TEST_HOST_PARAMETERS = {
     "gpuaas_apt_cache_valid_time": 31536000,
 }
 TERMINAL = ("succeeded", "failed", "canceled")
+# Every task start has a matching end event; printing both doubles the timeline for no news.
+QUIET_EVENTS = {"run.task_started"}
 
 
 class ApiError(RuntimeError):
@@ -232,6 +234,9 @@ class Demo:
 
 
 def run_demo(say: Callable[[str], None] = print) -> int:
+    import logging
+
+    logging.getLogger("httpx").setLevel(logging.WARNING)
     demo = Demo(say=say)
     step = 0
 
@@ -297,7 +302,8 @@ class _Timeline(threading.Thread):
                     if line.startswith("data: "):
                         event = json.loads(line[6:])
                         self.last = max(self.last, event["id"])
-                        self.say(f"    {_describe(event)}")
+                        if event["type"] not in QUIET_EVENTS:
+                            self.say(f"    {_describe(event)}")
         except (httpx.HTTPError, RuntimeError):
             if not self.closing.is_set():
                 raise

@@ -12,9 +12,11 @@ import json
 import logging
 import os
 import re
+import shutil
 import signal
 import sys
 import tarfile
+import tempfile
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -138,7 +140,11 @@ def run(settings: OperationSettings, op: dict, plan: RunPlan, *, on_event: Calla
     env = {"GPUAAS_OPERATION_ID": str(op["id"]), "ANSIBLE_RETRY_FILES_ENABLED": "False",
            # ansible-playbook from the service's own environment (a venv need not be activated)
            "PATH": os.pathsep.join([str(Path(sys.executable).parent), os.environ.get("PATH", "")]),
-           "ANSIBLE_SSH_CONTROL_PATH_DIR": str(pdd / "cp"), "ANSIBLE_NOCOLOR": "1"}
+           "ANSIBLE_NOCOLOR": "1"}
+    # SSH control sockets need a short path (a Unix socket path holds at most 107 bytes): a private
+    # directory of its own under the temp dir, and ssh's %C hash as the socket name.
+    control_dir = tempfile.mkdtemp(prefix="gpuaas-cp-")
+    env |= {"ANSIBLE_SSH_CONTROL_PATH_DIR": control_dir, "ANSIBLE_SSH_CONTROL_PATH": "%(directory)s/%%C"}
     if settings.collections_path:
         env["ANSIBLE_COLLECTIONS_PATH"] = str(settings.collections_path)
     if not settings.ssh_host_key_checking:
@@ -184,6 +190,7 @@ def run(settings: OperationSettings, op: dict, plan: RunPlan, *, on_event: Calla
         result.status = stop_reason[0] if stop_reason else runner.status
     finally:
         secret_file.unlink(missing_ok=True)
+        shutil.rmtree(control_dir, ignore_errors=True)
         if stop_reason:
             kill_leftovers(str(op["id"]))
     log.info("operation %s %s: %s (rc=%s) in %.1fs", op["id"], op["kind"], result.status, result.rc,
