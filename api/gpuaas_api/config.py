@@ -9,8 +9,13 @@ from pathlib import Path
 import platformdirs
 
 
+def _state_dir() -> Path:
+    """Everything the service keeps on disk lives here (GPUAAS_STATE_DIR, default the user's state dir)."""
+    return _env_path("GPUAAS_STATE_DIR") or platformdirs.user_state_path("gpuaas", appauthor=False)
+
+
 def _default_data_dir() -> Path:
-    return platformdirs.user_state_path("gpuaas", appauthor=False) / "postgres"
+    return _state_dir() / "postgres"
 
 
 @dataclass(frozen=True)
@@ -61,8 +66,7 @@ def _env_path(name: str) -> Path | None:
 
 @dataclass(frozen=True)
 class OperationSettings:
-    state_dir: Path = field(default_factory=lambda: _env_path("GPUAAS_STATE_DIR")
-                            or platformdirs.user_state_path("gpuaas", appauthor=False))
+    state_dir: Path = field(default_factory=_state_dir)
     collections_path: Path | None = field(default_factory=lambda: _env_path("GPUAAS_COLLECTIONS_PATH")
                                           or _default_collections_path())
     ssh_private_key_file: Path | None = field(default_factory=lambda: _env_path("GPUAAS_SSH_PRIVATE_KEY_FILE"))

@@ -8,10 +8,12 @@ steps one by one and checks the real Slurm state after each.
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import json
 import os
 import secrets
+import signal
 import subprocess
 import sys
 import tempfile
@@ -230,6 +232,7 @@ class Demo:
                 process.wait(timeout=20)
             except subprocess.TimeoutExpired:
                 process.kill()
+        _stop_postgres(self.state_dir / "postgres")
         testhosts.down(self.prefix)
 
 
@@ -328,6 +331,14 @@ def _describe(event: dict) -> str:
         if payload.get(key):
             parts.append(f"{key}={payload[key]}")
     return " ".join(parts)
+
+
+def _stop_postgres(data_dir: Path) -> None:
+    """The embedded PostgreSQL outlives the processes that shared it: stop it (fast shutdown)."""
+    pid_file = data_dir / "postmaster.pid"
+    if pid_file.exists():
+        with contextlib.suppress(ProcessLookupError, ValueError):
+            os.kill(int(pid_file.read_text().split()[0]), signal.SIGINT)
 
 
 def _ready(base: str) -> bool:
