@@ -10,7 +10,7 @@ setup:
 	bash scripts/setup.sh
 
 demo: setup
-	bash scripts/demo.sh
+	$(VENV)/gpuaas demo
 
 lint: setup
 	$(VENV)/ruff check .

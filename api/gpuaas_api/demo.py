@@ -221,7 +221,10 @@ class Demo:
 
     def slurm(self, command: str) -> str:
         """Runs a Slurm command on the controller, as a user of the cluster would."""
-        return subprocess.run(["podman", "exec", self.hosts["ctl"]["container"], "bash", "-c", command],
+        return self.host_sh("ctl", command)
+
+    def host_sh(self, host: str, command: str) -> str:
+        return subprocess.run(["podman", "exec", self.hosts[host]["container"], "bash", "-c", command],
                               check=True, capture_output=True, text=True, timeout=120).stdout.strip()
 
     def close(self) -> None:
