@@ -46,14 +46,18 @@ SLURM_PROFILE = {
     "ansible": {
         "groups": {"controller": ["slurm_controller"], "worker": ["slurm_workers"]},
         "operation_vars": {"members": "slurm_members", "old": "slurm_member_old", "new": "slurm_member_new"},
+        "action_vars": {"upgrade": {"gpuaas_package_state": "latest"}},
         "secrets": {"munge_key": {"random_bytes": 96}},
         "status": {"module": "gpuaas.apps.slurm_info", "role": "controller", "node_roles": ["worker"],
                    "rules": [{"all": ["DOWN"], "status": "failed"},
+                             {"all": ["FAIL"], "status": "failed"},
+                             {"all": ["NOT_RESPONDING"], "status": "failed"},
                              {"all": ["DRAIN", "IDLE"], "status": "drained"},
                              {"all": ["DRAIN"], "status": "draining"},
                              {"all": ["IDLE"], "status": "active"},
                              {"all": ["MIXED"], "status": "active"},
-                             {"all": ["ALLOCATED"], "status": "active"}]},
+                             {"all": ["ALLOCATED"], "status": "active"},
+                             {"all": ["COMPLETING"], "status": "active"}]},
     },
 }
 # The test hosts are unprivileged containers: Slurm's cgroup plugins cannot start there.
