@@ -5,6 +5,7 @@ Shared by the integration tests and bench/bench_slurm_lifecycle.py.
 
 from __future__ import annotations
 
+import json
 import os
 import re
 import shutil
@@ -119,7 +120,8 @@ class Cluster:
     def playbook(self, name: str, inventory: Path | None = None, timeout: float = 900, **extra_vars) -> PlaybookRun:
         cmd = [ANSIBLE_PLAYBOOK, "-i", str(inventory or self.inventory()), f"gpuaas.apps.{name}"]
         for key, value in extra_vars.items():
-            cmd += ["-e", f"{key}={value}"]
+            # Strings as key=value, anything structured as JSON so Ansible keeps its type.
+            cmd += ["-e", f"{key}={value}" if isinstance(value, str) else json.dumps({key: value})]
         env = ansible_env()
         started = time.monotonic()
         proc = subprocess.run(cmd, capture_output=True, text=True, env=env, timeout=timeout, check=False)

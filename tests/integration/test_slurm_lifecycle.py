@@ -88,6 +88,23 @@ def test_deploy_again_changes_nothing(cluster):
     assert_unchanged_second_run(cluster, "slurm_deploy")
 
 
+def test_reconfigure_changes_config_without_restarting_any_slurmd(cluster):
+    assert_unchanged_second_run(cluster, "slurm_reconfigure")
+    before = cluster.daemon_pids()
+    partitions = [{"name": "main", "default": True}, {"name": "debug", "max_time": "30:00"}]
+    run = cluster.playbook("slurm_reconfigure", slurm_controller_partitions=partitions)
+    assert run.rc == 0, run.output[-4000:]
+    assert "debug" in cluster.sh("ctl", "sinfo --noheader --format=%P").split()
+    assert sorted(cluster.sh("ctl", "srun --immediate=30 -p debug -N2 hostname").split()) == ["w1", "w2"]
+    # Configuration reaches the workers through slurmctld (configless): no daemon restarts.
+    assert restarted(before, cluster.daemon_pids()) == set()
+
+    back = cluster.playbook("slurm_reconfigure")
+    assert back.rc == 0, back.output[-4000:]
+    assert "debug" not in cluster.sh("ctl", "sinfo --noheader --format=%P").split()
+    assert restarted(before, cluster.daemon_pids()) == set()
+
+
 def test_member_add_touches_only_controller_and_new_host(cluster):
     before = cluster.daemon_pids()
     cluster.workers = ["w1", "w2", "w3"]
