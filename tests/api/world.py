@@ -7,21 +7,12 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
+from gpuaas_api.demo import SLURM_ACTIONS, SLURM_ROLES
 from gpuaas_api.iam.service import bootstrap_platform_admin
 
 DIGEST = "sha256:" + "ab" * 32
-SLURM_ACTIONS = {
-    "deploy": "gpuaas.apps.slurm_deploy",
-    "member_add": "gpuaas.apps.slurm_member_add",
-    "member_drain": "gpuaas.apps.slurm_member_drain",
-    "member_resume": "gpuaas.apps.slurm_member_resume",
-    "member_remove": "gpuaas.apps.slurm_member_remove",
-    "member_replace": "gpuaas.apps.slurm_member_replace",
-    "reconfigure": "gpuaas.apps.slurm_reconfigure",
-    "decommission": "gpuaas.apps.slurm_decommission",
-}
 SLURM_ADAPTER = {
-    "roles": [{"name": "controller", "min": 1, "max": 1}, {"name": "worker", "min": 1, "max": 64}],
+    "roles": SLURM_ROLES,
     "actions": SLURM_ACTIONS,
 }
 SLURM_COMPAT = {"requires_capacity_shape": ["baremetal", "gpu_slice"], "min_gpu_count": 1,
