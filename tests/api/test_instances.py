@@ -18,7 +18,7 @@ PATH = {"created": [], "starting": ["starting"], "running": ["starting", "runnin
         "failed": ["failed"]}
 LEGAL = {("created", "starting"), ("created", "failed"), ("starting", "running"), ("starting", "failed"),
          ("starting", "stopping"), ("running", "stopping"), ("running", "failed"), ("stopping", "stopped"),
-         ("stopping", "failed"), ("failed", "stopping")}
+         ("stopping", "failed"), ("failed", "stopping"), ("failed", "starting")}
 
 
 def test_instance_is_created_with_effective_runtime_topology_and_members(world):

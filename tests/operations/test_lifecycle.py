@@ -120,8 +120,8 @@ def test_deploy_then_member_operations_follow_the_runs(ops):
     assert f"artifacts/{op['correlation_id']}/stdout" in names and "inventory/hosts.json" in names
 
 
-def test_failed_deploy_is_failed_with_the_task_and_host(ops):
-    instance, _ = make_instance(ops, "broken", fail_step="deploy")
+def test_failed_deploy_is_failed_with_the_task_and_host_and_can_be_retried(ops):
+    instance, marker = make_instance(ops, "broken", fail_step="deploy")
     ops.start_worker()
     op = wait_op(ops, post(ops, f"/v1/instances/{instance['id']}/deploy")["id"])
     assert op["status"] == "failed" and op["error"]["code"] == "run_failed"
@@ -133,6 +133,13 @@ def test_failed_deploy_is_failed_with_the_task_and_host(ops):
     types = [e["type"] for e in events(ops, instance["id"])]
     assert "run.task_failed" in types and "member_failed" in types and "apps.instance.failed" in types
     assert "apps.instance.running" not in types
+
+    # The cause is fixed; deploying again (the playbooks are idempotent) brings the instance up.
+    (marker / "fixed").touch()
+    retry = wait_op(ops, post(ops, f"/v1/instances/{instance['id']}/deploy")["id"])
+    assert retry["status"] == "succeeded", retry
+    assert ops.w.call(SA, "GET", f"/v1/instances/{instance['id']}", 200).json()["status"] == "running"
+    assert {m["status"] for m in members(ops, instance["id"])} == {"active"}
 
 
 def test_refresh_maps_scheduler_node_states_onto_members(ops):

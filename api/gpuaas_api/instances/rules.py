@@ -8,14 +8,15 @@ from uuid import UUID
 
 from ..errors import unprocessable
 
-# Seed 002 lifecycle. Deviation, on purpose: failed -> stopping, because decommission of a failed
-# instance must still do an honest runtime teardown.
+# Seed 002 lifecycle. Deviations, on purpose: failed -> stopping, because decommission of a failed
+# instance must still do an honest runtime teardown; failed -> starting, because a deploy that failed
+# (a host was down, a package mirror hiccuped) is retried: the playbooks are idempotent.
 INSTANCE_TRANSITIONS: dict[str, frozenset[str]] = {
     "created": frozenset({"starting", "failed"}),
     "starting": frozenset({"running", "failed", "stopping"}),
     "running": frozenset({"stopping", "failed"}),
     "stopping": frozenset({"stopped", "failed"}),
-    "failed": frozenset({"stopping"}),
+    "failed": frozenset({"starting", "stopping"}),
     "stopped": frozenset(),
 }
 INSTANCE_EVENT = {status: f"apps.instance.{status}" for status in INSTANCE_TRANSITIONS}

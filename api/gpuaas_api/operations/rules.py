@@ -27,7 +27,8 @@ PERMISSIONS: dict[str, tuple[str, ...]] = {
 # Instance statuses in which a kind is accepted, and in which its run may start. Accepting in
 # `starting` lets requests queue behind a deploy; the run re-checks when its turn comes.
 RUN_STATES: dict[str, frozenset[str]] = {
-    "deploy": frozenset({"created", "starting"}),  # starting: a re-attempt after a lost lease
+    # starting: a re-attempt after a lost lease; failed: a retry of a deploy that failed
+    "deploy": frozenset({"created", "starting", "failed"}),
     "decommission": frozenset({"running", "failed", "stopping"}),  # stopping: a re-attempt
     "refresh": frozenset({"running", "failed"}),
 }
@@ -40,7 +41,7 @@ def run_states(kind: str) -> frozenset[str]:
 
 def accept_states(kind: str) -> frozenset[str]:
     if kind == "deploy":
-        return frozenset({"created"})
+        return frozenset({"created", "failed"})
     return run_states(kind) | {"starting"}
 
 
