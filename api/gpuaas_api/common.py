@@ -6,6 +6,7 @@ import base64
 import binascii
 from typing import Annotated, Generic, TypeVar
 
+from psycopg import sql
 from pydantic import AfterValidator, BaseModel, Field, StringConstraints
 
 from .errors import ApiError
@@ -65,6 +66,17 @@ def decode_cursor(cursor: str | None) -> int | None:
     except (ValueError, binascii.Error, UnicodeDecodeError) as exc:
         raise ApiError(400, "invalid_cursor", "cursor is not one this service issued") from exc
     return value
+
+
+def keyset_page(conn, table: str, cursor: str | None, limit: int, **equal) -> dict:
+    """One page of `table` in seq order after the cursor, filtered by column = value pairs, as the
+    response body of a list route ({"items", "next_cursor"})."""
+    where = [sql.SQL("{} = %s").format(sql.Identifier(column)) for column in equal]
+    query = sql.SQL("SELECT * FROM {} WHERE {} seq > %s ORDER BY seq LIMIT %s").format(
+        sql.Identifier(table), sql.SQL("").join(w + sql.SQL(" AND ") for w in where))
+    rows = conn.execute(query, (*equal.values(), decode_cursor(cursor) or 0, limit + 1)).fetchall()
+    items, nxt = page_of(rows, limit)
+    return {"items": items, "next_cursor": nxt}
 
 
 def page_of(rows: list[dict], limit: int, key: str = "seq") -> tuple[list[dict], str | None]:

@@ -5,7 +5,7 @@ from uuid import UUID
 
 from fastapi import Path, Query
 
-from ..common import Page, Slug, decode_cursor, page_of
+from ..common import Page, Slug, decode_cursor, keyset_page, page_of
 from ..deps import DB, Caller, CursorParam, LimitParam, router
 from . import service
 from .schemas import (
@@ -37,10 +37,7 @@ def create_app(body: AppCreate, caller: Caller, db: DB):
 def list_apps(caller: Caller, db: DB, cursor: CursorParam = None, limit: LimitParam = 50):
     caller.require_anywhere("apps.catalog.read")
     with db.transaction() as conn:
-        rows = conn.execute("SELECT * FROM app_manifests WHERE seq > %s ORDER BY seq LIMIT %s",
-                            (decode_cursor(cursor) or 0, limit + 1)).fetchall()
-    items, nxt = page_of(rows, limit)
-    return {"items": items, "next_cursor": nxt}
+        return keyset_page(conn, "app_manifests", cursor, limit)
 
 
 @api.get("/v1/catalog/apps/{slug}", response_model=App)

@@ -3,7 +3,7 @@ from __future__ import annotations
 from uuid import UUID
 
 from ..audit import service as audit
-from ..common import Page, decode_cursor, page_of
+from ..common import Page, decode_cursor, keyset_page, page_of
 from ..deps import DB, Caller, CursorParam, LimitParam, router
 from ..errors import not_found
 from . import service
@@ -92,10 +92,7 @@ def create_tenant(body: TenantCreate, caller: Caller, db: DB):
 def list_tenants(caller: Caller, db: DB, cursor: CursorParam = None, limit: LimitParam = 50):
     caller.require("iam.tenant.read")  # all tenants: platform scope only
     with db.transaction() as conn:
-        rows = conn.execute("SELECT * FROM tenants WHERE seq > %s ORDER BY seq LIMIT %s",
-                            (decode_cursor(cursor) or 0, limit + 1)).fetchall()
-    items, nxt = page_of(rows, limit)
-    return {"items": items, "next_cursor": nxt}
+        return keyset_page(conn, "tenants", cursor, limit)
 
 
 @api.get("/v1/tenants/{tenant_id}", response_model=Tenant)
@@ -126,12 +123,7 @@ def list_projects(tenant_id: UUID, caller: Caller, db: DB, cursor: CursorParam =
     with db.transaction() as conn:
         service.get_tenant(conn, tenant_id)
         caller.require("iam.project.read", tenant_id=tenant_id)
-        rows = conn.execute(
-            "SELECT * FROM projects WHERE tenant_id = %s AND seq > %s ORDER BY seq LIMIT %s",
-            (tenant_id, decode_cursor(cursor) or 0, limit + 1),
-        ).fetchall()
-    items, nxt = page_of(rows, limit)
-    return {"items": items, "next_cursor": nxt}
+        return keyset_page(conn, "projects", cursor, limit, tenant_id=tenant_id)
 
 
 @api.get("/v1/projects/{project_id}", response_model=Project)
@@ -160,12 +152,7 @@ def list_users(tenant_id: UUID, caller: Caller, db: DB, cursor: CursorParam = No
     with db.transaction() as conn:
         service.get_tenant(conn, tenant_id)
         caller.require("iam.user.read", tenant_id=tenant_id)
-        rows = conn.execute(
-            "SELECT * FROM users WHERE tenant_id = %s AND seq > %s ORDER BY seq LIMIT %s",
-            (tenant_id, decode_cursor(cursor) or 0, limit + 1),
-        ).fetchall()
-    items, nxt = page_of(rows, limit)
-    return {"items": items, "next_cursor": nxt}
+        return keyset_page(conn, "users", cursor, limit, tenant_id=tenant_id)
 
 
 @api.get("/v1/users/{user_id}", response_model=User)
@@ -220,12 +207,7 @@ def list_service_accounts(project_id: UUID, caller: Caller, db: DB, cursor: Curs
     with db.transaction() as conn:
         project = service.get_project(conn, project_id)
         caller.require("iam.service_account.read", tenant_id=project["tenant_id"], project_id=project_id)
-        rows = conn.execute(
-            "SELECT * FROM service_accounts WHERE project_id = %s AND seq > %s ORDER BY seq LIMIT %s",
-            (project_id, decode_cursor(cursor) or 0, limit + 1),
-        ).fetchall()
-    items, nxt = page_of(rows, limit)
-    return {"items": items, "next_cursor": nxt}
+        return keyset_page(conn, "service_accounts", cursor, limit, project_id=project_id)
 
 
 @api.get("/v1/projects/{project_id}/service-accounts/{sa_id}", response_model=ServiceAccount)
@@ -277,13 +259,7 @@ def list_service_account_tokens(project_id: UUID, sa_id: UUID, caller: Caller, d
         project = service.get_project(conn, project_id)
         caller.require("iam.service_account.read", tenant_id=project["tenant_id"], project_id=project_id)
         service.get_service_account(conn, sa_id, project_id)
-        rows = conn.execute(
-            """SELECT * FROM api_tokens WHERE principal_kind = 'service_account' AND principal_id = %s
-                 AND seq > %s ORDER BY seq LIMIT %s""",
-            (sa_id, decode_cursor(cursor) or 0, limit + 1),
-        ).fetchall()
-    items, nxt = page_of(rows, limit)
-    return {"items": items, "next_cursor": nxt}
+        return keyset_page(conn, "api_tokens", cursor, limit, principal_kind="service_account", principal_id=sa_id)
 
 
 # --- role bindings ------------------------------------------------------------------------------

@@ -7,7 +7,7 @@ from fastapi import Path, Query
 
 from ..audit import service as audit
 from ..catalog.service import get_app
-from ..common import Page, Slug, decode_cursor, page_of
+from ..common import Page, Slug, decode_cursor, keyset_page, page_of
 from ..deps import DB, Caller, CursorParam, LimitParam, router
 from ..errors import conflict, not_found, unprocessable
 from ..iam.service import get_project, get_tenant
@@ -41,12 +41,7 @@ def list_entitlements(project_id: UUID, caller: Caller, db: DB, cursor: CursorPa
     with db.transaction() as conn:
         project = get_project(conn, project_id)
         caller.require("policy.entitlement.read", tenant_id=project["tenant_id"], project_id=project_id)
-        rows = conn.execute(
-            "SELECT * FROM entitlements WHERE project_id = %s AND seq > %s ORDER BY seq LIMIT %s",
-            (project_id, decode_cursor(cursor) or 0, limit + 1),
-        ).fetchall()
-    items, nxt = page_of(rows, limit)
-    return {"items": items, "next_cursor": nxt}
+        return keyset_page(conn, "entitlements", cursor, limit, project_id=project_id)
 
 
 @api.delete("/v1/projects/{project_id}/entitlements/{app_slug}", status_code=204)
