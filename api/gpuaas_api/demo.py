@@ -40,6 +40,26 @@ SLURM_ACTIONS = {
     "rollback": "gpuaas.apps.slurm_reconfigure",
     "decommission": "gpuaas.apps.slurm_decommission",
 }
+# What a tenant may set on a Slurm instance (JSON Schema; anything else is refused). The role
+# variables' meaning is in roles/slurm_controller/meta/argument_specs.yml.
+SLURM_PARAMETERS = {"type": "object", "additionalProperties": False, "properties": {
+    "slurm_controller_proctrack_type": {"enum": ["proctrack/cgroup", "proctrack/linuxproc"],
+                                        "description": "ProctrackType; unprivileged containers need linuxproc"},
+    "slurm_controller_task_plugin": {"enum": ["task/cgroup,task/affinity", "task/cgroup", "task/affinity",
+                                              "task/none"], "description": "TaskPlugin"},
+    "slurm_controller_select_type_parameters": {"enum": ["CR_Core", "CR_Core_Memory", "CR_CPU", "CR_CPU_Memory"]},
+    "slurm_controller_return_to_service": {"type": "integer", "minimum": 0, "maximum": 2},
+    "slurm_controller_partitions": {"type": "array", "minItems": 1, "maxItems": 32, "items": {
+        "type": "object", "additionalProperties": False, "required": ["name"], "properties": {
+            "name": {"type": "string", "pattern": "^[A-Za-z0-9_-]{1,32}$"},
+            "nodes": {"type": "string", "pattern": r"^(ALL|[A-Za-z0-9_.,\[\]-]{1,512})$"},
+            "default": {"type": "boolean"},
+            "max_time": {"type": "string",
+                         "pattern": "^(INFINITE|UNLIMITED|[0-9]{1,7}(-[0-9]{1,2})?(:[0-9]{2}){0,2})$"},
+        }}},
+    "gpuaas_apt_cache_valid_time": {"type": "integer", "minimum": 0, "maximum": 31536000,
+                                    "description": "seconds an apt cache counts as fresh"},
+}}
 # Everything Slurm-specific the platform needs, as data of the app version (seed 004: no scheduler
 # branches in core). Node states map onto member statuses, first matching rule wins.
 SLURM_PROFILE = {
@@ -178,7 +198,7 @@ class Demo:
         a.post("/v1/catalog/apps/slurm/versions", {
             "version": "22.05.8", "artifact_id": artifact, "runtime_profile": SLURM_PROFILE,
             "compatibility": {"requires_capacity_shape": ["baremetal"], "min_gpu_count": 0, "multi_node": True},
-            "adapter": {"roles": SLURM_ROLES, "actions": SLURM_ACTIONS}})
+            "adapter": {"roles": SLURM_ROLES, "actions": SLURM_ACTIONS, "parameters": SLURM_PARAMETERS}})
         a.post("/v1/catalog/apps/slurm/versions/22.05.8/transitions", {"to": "active", "reason": "demo release"})
         a.post(f"/v1/projects/{self.ids['project']}/entitlements", {"app_slug": "slurm"})
         self.say(f"catalog: slurm 22.05.8, artifact sha256:{digest[:12]}… active; project entitled")

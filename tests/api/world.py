@@ -7,13 +7,14 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
-from gpuaas_api.demo import SLURM_ACTIONS, SLURM_ROLES
+from gpuaas_api.demo import SLURM_ACTIONS, SLURM_PARAMETERS, SLURM_ROLES
 from gpuaas_api.iam.service import bootstrap_platform_admin
 
 DIGEST = "sha256:" + "ab" * 32
 SLURM_ADAPTER = {
     "roles": SLURM_ROLES,
     "actions": SLURM_ACTIONS,
+    "parameters": SLURM_PARAMETERS,
 }
 SLURM_COMPAT = {"requires_capacity_shape": ["baremetal", "gpu_slice"], "min_gpu_count": 1,
                 "requires_exclusive_node": False, "multi_node": True}

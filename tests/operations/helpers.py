@@ -12,6 +12,14 @@ TEST_APP = "opsapp"
 ROLES = [{"name": "controller", "min": 1, "max": 1}, {"name": "worker", "min": 1, "max": 8}]
 KINDS = ["deploy", "member_add", "member_drain", "member_resume", "member_remove", "member_replace",
          "reconfigure", "upgrade", "rollback", "decommission"]
+# What a tenant may set on the test app (everything else is refused with a 422).
+PARAMETERS = {"type": "object", "additionalProperties": False, "properties": {
+    "marker_dir": {"type": "string", "minLength": 1, "maxLength": 500, "description": "where the playbook records"},
+    "fail_step": {"enum": KINDS, "description": "fail this step on purpose"},
+    "leak_secret": {"type": "boolean"},
+    "round": {"type": "integer", "minimum": 0, "maximum": 1000},
+    "message": {"type": "string", "maxLength": 2000, "description": "free text the playbook writes down"},
+}}
 COMPAT = {"requires_capacity_shape": ["baremetal"], "min_gpu_count": 1, "requires_exclusive_node": False,
           "multi_node": True}
 
@@ -48,7 +56,7 @@ def publish_test_app(w: World, version: str = "1.0.0") -> dict:
                json={"to": target, "reason": "tests"})
     w.call(pa, "POST", f"/v1/catalog/apps/{TEST_APP}/versions", 201, json={
         "version": version, "artifact_id": artifact["id"], "compatibility": COMPAT, "runtime_profile": profile(version),
-        "adapter": {"roles": ROLES, "actions": {k: "gpuaas.apps.step" for k in KINDS}}})
+        "adapter": {"roles": ROLES, "actions": {k: "gpuaas.apps.step" for k in KINDS}, "parameters": PARAMETERS}})
     return w.call(pa, "POST", f"/v1/catalog/apps/{TEST_APP}/versions/{version}/transitions", 200,
                   json={"to": "active", "reason": "publish"}).json()
 

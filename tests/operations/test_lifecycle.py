@@ -8,6 +8,8 @@ import io
 import json
 import tarfile
 
+import yaml
+
 from .helpers import events, instance_secrets, make_instance, members, publish_test_app, wait_op
 
 SA = "service_account"
@@ -97,8 +99,8 @@ def test_deploy_then_member_operations_follow_the_runs(ops):
     up = post(ops, f"/v1/instances/{iid}/upgrade", json={"app_version_id": v2["id"]})
     assert wait_op(ops, up["id"])["status"] == "succeeded"
     assert ops.w.call(SA, "GET", f"/v1/instances/{iid}", 200).json()["app_version"] == "1.1.0"
-    assert json.loads((ops.settings.state_dir / "runs" / up["id"] / "attempt-1" / "vars.json").read_text())[
-        "app_version"] == "1.1.0"
+    assert yaml.safe_load((ops.settings.state_dir / "runs" / up["id"] / "attempt-1" / "vars.yml").read_text()
+                          .replace("!unsafe ", ""))["app_version"] == "1.1.0"
     back = post(ops, f"/v1/instances/{iid}/rollback")
     assert wait_op(ops, back["id"])["status"] == "succeeded"
     assert ops.w.call(SA, "GET", f"/v1/instances/{iid}", 200).json()["app_version"] == "1.0.0"

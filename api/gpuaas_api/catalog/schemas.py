@@ -8,6 +8,7 @@ from uuid import UUID
 from pydantic import AfterValidator, BaseModel, ConfigDict, Field, StringConstraints, model_validator
 
 from ..common import Reason, ShortText, Slug, Text
+from . import parameters
 
 ArtifactKind = Literal["oci", "launchable", "controller"]
 RuntimeBackend = Literal["k8s", "slurm", "ray", "bare_metal", "oci"]
@@ -95,9 +96,14 @@ class AdapterRole(Strict):
 
 
 class AdapterDescriptor(Strict):
-    """Which roles exist (with their count bounds) and which playbook runs for each lifecycle action."""
+    """Which roles exist (with their count bounds), which playbook runs for each lifecycle action, and
+    the parameters tenants may set (a JSON Schema; see catalog/parameters.py)."""
     roles: list[AdapterRole] = Field(min_length=1, max_length=16)
     actions: dict[LifecycleAction, Playbook]
+    parameters: JsonObject = Field(
+        default_factory=lambda: dict(parameters.NO_PARAMETERS),
+        description='JSON Schema of the tenant parameters: {"type": "object", "additionalProperties": false, '
+                    '"properties": {...}}; default: none may be set')
 
     @model_validator(mode="after")
     def _complete(self):
@@ -117,6 +123,23 @@ class VersionCreate(Strict):
     runtime_profile: JsonObject = Field(default_factory=dict,
                                         description="image, ports, env, resources; never secret values")
     adapter: AdapterDescriptor
+
+    @model_validator(mode="after")
+    def _variables(self):
+        """The catalog's own variables obey the tenant parameters' naming rules, and the parameter
+        schema is valid and declares no name the platform or Ansible owns."""
+        platform_vars = parameters.adapter_variables(self.runtime_profile)
+        ansible = self.runtime_profile.get("ansible") or {}
+        named = [("runtime_profile.extra_vars", n) for n in self.runtime_profile.get("extra_vars") or {}]
+        for kind, action_vars in (ansible.get("action_vars") or {}).items():
+            named += [(f"runtime_profile.ansible.action_vars.{kind}", n) for n in action_vars or {}]
+        problems = [f"{where} sets {name!r}, which {why}" for where, name in named
+                    if (why := parameters.name_problem(name, platform_vars))]
+        problems += [f"adapter.parameters {p}" for p in parameters.schema_problems(self.adapter.parameters,
+                                                                                    platform_vars)]
+        if problems:
+            raise ValueError("; ".join(problems))
+        return self
 
 
 class Version(BaseModel):

@@ -3,9 +3,10 @@ an inventory of the instance's members on their allocation hosts, extra vars and
 
 Inventory hosts are member node names; `ansible_host`, `ansible_user` and `ansible_port` come from
 the allocation host. Groups come from the adapter role names through runtime_profile.ansible.groups.
-Extra vars, later ones winning: runtime_profile.extra_vars, the instance parameters,
-runtime_profile.ansible.action_vars[kind], the request's parameters (reconfigure), then the
-operation's targets under the adapter's variable names (runtime_profile.ansible.operation_vars)."""
+Extra vars, later ones winning: runtime_profile.extra_vars, the tenant parameters (the instance's,
+with a reconfigure request's merged over them; checked against the version's declared schema),
+runtime_profile.ansible.action_vars[kind], then the operation's targets under the adapter's variable
+names (runtime_profile.ansible.operation_vars). The runner hands all of them to Ansible as unsafe."""
 
 from __future__ import annotations
 
@@ -14,6 +15,7 @@ from uuid import UUID
 
 import psycopg
 
+from ..catalog import parameters
 from ..config import OperationSettings
 from ..errors import unprocessable
 from ..operations import rules
@@ -59,10 +61,13 @@ def build(conn: psycopg.Connection, settings: OperationSettings, op: dict, insta
     names = [by_id[m]["node_name"] for m in op["member_ids"] if m in by_id]
     targets = ({"old": names[:1], "new": names[1:]} if kind == "member_replace"
                else {"members": names} if kind in rules.MEMBER_KINDS else {})
+    tenant_vars = (instance["parameters"] or {}) | (op["params"].get("request", {}).get("parameters", {})
+                                                    if kind == "reconfigure" else {})
+    # Checked again here: the version may have changed (upgrade, rollback) since the values were accepted.
+    parameters.validate_for_version(version, tenant_vars)
     extravars = dict(version["runtime_profile"].get("extra_vars") or {})
-    extravars |= instance["parameters"] or {}
+    extravars |= tenant_vars
     extravars |= (profile.get("action_vars") or {}).get(kind, {})
-    extravars |= op["params"].get("request", {}).get("parameters", {}) if kind == "reconfigure" else {}
     extravars |= rules.operation_vars(profile, targets)
     plan = RunPlan(kind=kind, inventory=inventory, extravars=extravars, secret_vars={}, profile=profile)
     if kind == "refresh":
@@ -89,6 +94,9 @@ def _inventory(settings: OperationSettings, profile: dict, members: list[dict]) 
     hosts: dict[str, dict] = {}
     groups: dict[str, dict] = {}
     for m in members:
+        if m["node_name"] in hosts:  # two members would collapse into one inventory host
+            raise unprocessable("duplicate_node_name", f"two members of the instance are named {m['node_name']}; "
+                                "inventory host names must be unique within a run", node_name=m["node_name"])
         host = m["host"] or {}
         hostvars = {"ansible_host": host.get("address", m["host_name"]),
                     "ansible_user": host.get("ssh_user", "root"), "ansible_port": host.get("ssh_port", 22)}

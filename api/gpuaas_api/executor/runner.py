@@ -1,6 +1,10 @@
 """One run through ansible-runner: private data dir per operation attempt, ident = correlation id,
-events summarized into the instance timeline, secrets in a 0600 vars file outside the artifacts
-(passed with `-e @file`, deleted after the run), artifacts scrubbed and packed as tar.gz.
+events summarized into the instance timeline, artifacts scrubbed and packed as tar.gz.
+
+What reaches the run is data, never code: every extra var (tenant parameters, node names, the
+catalog's variables, secrets) is handed to Ansible tagged `!unsafe`, so Jinja in a value is never
+evaluated. Secrets travel through a named pipe, so no file holding them survives the worker, even a
+killed one. The run's environment is an allowlist.
 
 Runner events carry module args and results (`res`, `task_args`); only summaries leave this module:
 host, task, play, changed, duration, and for failures a short message unless the task is no_log."""
@@ -11,17 +15,19 @@ import io
 import json
 import logging
 import os
-import re
 import shutil
 import signal
 import sys
 import tarfile
 import tempfile
+import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from contextlib import ExitStack, contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 
+import yaml
 from ansible_runner.interface import init_runner
 
 from ..config import OperationSettings
@@ -31,14 +37,69 @@ log = logging.getLogger(__name__)
 REDACTED = "********"
 MESSAGE_CHARS = 400
 STATS_KEYS = ("ok", "changed", "failures", "dark", "skipped", "rescued", "ignored")
-# The service's own credentials must not reach the run's environment (ansible-runner copies the
-# worker's environment into the child and into the artifacts' `command` file).
-_PRIVATE_ENV = re.compile(r"^(GPUAAS_(?!OPERATION_ID$).*|DATABASE_URL|PG.*)$|SECRET|PASSWORD|TOKEN|CREDENTIAL",
-                          re.IGNORECASE)
+# The run sees only these variables of the worker's environment (plus what we and ansible-runner
+# set): an allowlist, so a credential in the worker's environment never reaches a run or its artifacts.
+ENV_FROM_WORKER = frozenset({"HOME", "LANG", "LC_ALL", "LC_CTYPE", "LOGNAME", "PATH", "TMPDIR", "TZ", "USER"})
 
 
-def child_env(env: dict[str, str]) -> dict[str, str]:
-    return {k: v for k, v in env.items() if not _PRIVATE_ENV.search(k)}
+def child_env(env: dict[str, str], ours: dict[str, str]) -> dict[str, str]:
+    """The run's environment: `ours`, ansible-runner's own additions (variables it set or changed),
+    and the allowlisted variables of the worker's environment."""
+    worker = os.environ
+    return {k: v for k, v in env.items()
+            if k in ours or k in ENV_FROM_WORKER or k not in worker or worker[k] != v}
+
+
+class _Unsafe(str):
+    """A string Ansible must never template (dumped with YAML's `!unsafe` tag)."""
+
+
+class _UnsafeDumper(yaml.SafeDumper):
+    pass
+
+
+_UnsafeDumper.add_representer(_Unsafe, lambda dumper, value: dumper.represent_scalar("!unsafe", str(value)))
+
+
+def _mark_unsafe(value):
+    if isinstance(value, str):
+        return _Unsafe(value)
+    if isinstance(value, dict):
+        return {k: _mark_unsafe(v) for k, v in value.items()}
+    if isinstance(value, list):
+        return [_mark_unsafe(v) for v in value]
+    return value
+
+
+def unsafe_vars_yaml(variables: dict) -> str:
+    """Extra vars as YAML in which every string value is `!unsafe`."""
+    return yaml.dump(_mark_unsafe(variables), Dumper=_UnsafeDumper, default_flow_style=False, width=1 << 30)
+
+
+@contextmanager
+def secret_pipe(content: str) -> Iterator[str]:
+    """A path from which the run reads `content` once: a named pipe in a private directory, fed by a
+    thread. The secret lives only in the kernel's pipe buffer; a worker killed at any moment leaves at
+    most an empty pipe, never the secret, on disk. (Ansible resolves `-e @path` with realpath, so
+    /proc/<pid>/fd paths of an in-memory file do not work.)"""
+    directory = tempfile.mkdtemp(prefix="gpuaas-secrets-")
+    path = os.path.join(directory, "secret-vars.yml")
+    os.mkfifo(path, 0o600)
+
+    def feed() -> None:
+        with open(path, "w") as pipe:  # blocks until the run opens it for reading
+            pipe.write(content)
+
+    feeder = threading.Thread(target=feed, name="secret-pipe", daemon=True)
+    feeder.start()
+    try:
+        yield path
+    finally:
+        if feeder.is_alive():  # the run never read it: open the reading end so the feeder can finish
+            fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK)
+            feeder.join(timeout=5)
+            os.close(fd)
+        shutil.rmtree(directory, ignore_errors=True)
 
 
 class Redactor:
@@ -99,13 +160,6 @@ def summarize(event: dict) -> tuple[str, dict] | None:
     return None
 
 
-def _write_private(path: Path, data: dict) -> None:
-    path.parent.mkdir(parents=True, exist_ok=True, mode=0o700)
-    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
-    with os.fdopen(fd, "w") as f:
-        json.dump(data, f)
-
-
 def kill_leftovers(marker: str) -> int:
     """SIGKILL processes of this run that escaped its process group (e.g. ssh ControlPersist masters,
     which daemonize): they carry GPUAAS_OPERATION_ID=<marker> in their environment."""
@@ -129,14 +183,13 @@ def run(settings: OperationSettings, op: dict, plan: RunPlan, *, on_event: Calla
     process group (ansible-runner SIGKILLs the pexpect child's group), else None."""
     pdd = settings.state_dir / "runs" / str(op["id"]) / f"attempt-{op['attempt']}"
     pdd.mkdir(parents=True, exist_ok=True, mode=0o700)
-    secret_file = settings.state_dir / "secret-vars" / f"{op['id']}-{op['attempt']}.json"
-    vars_file = pdd / "vars.json"
+    vars_file = pdd / "vars.yml"
     redact = Redactor(list(plan.secret_vars.values()) + [settings.secret_key or ""])
-    vars_file.write_text(json.dumps(redact.json(plan.extravars)))
+    vars_file.write_text(unsafe_vars_yaml(redact.json(plan.extravars)))
+    cleanup = ExitStack()
     cmdline = f"-e @{vars_file}"
     if plan.secret_vars:
-        _write_private(secret_file, plan.secret_vars)
-        cmdline += f" -e @{secret_file}"
+        cmdline += f" -e @{cleanup.enter_context(secret_pipe(unsafe_vars_yaml(plan.secret_vars)))}"
     env = {"GPUAAS_OPERATION_ID": str(op["id"]), "ANSIBLE_RETRY_FILES_ENABLED": "False",
            # ansible-playbook from the service's own environment (a venv need not be activated)
            "PATH": os.pathsep.join([str(Path(sys.executable).parent), os.environ.get("PATH", "")]),
@@ -184,12 +237,12 @@ def run(settings: OperationSettings, op: dict, plan: RunPlan, *, on_event: Calla
     started = time.monotonic()
     try:
         runner = init_runner(**kwargs)
-        runner.config.env = child_env(runner.config.env)
+        runner.config.env = child_env(runner.config.env, env)
         runner.run()
         result.rc = runner.rc
         result.status = stop_reason[0] if stop_reason else runner.status
     finally:
-        secret_file.unlink(missing_ok=True)
+        cleanup.close()
         shutil.rmtree(control_dir, ignore_errors=True)
         if stop_reason:
             kill_leftovers(str(op["id"]))

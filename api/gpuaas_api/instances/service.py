@@ -13,6 +13,7 @@ from psycopg.types.json import Jsonb
 
 from ..allocations.service import get_allocations
 from ..audit import service as audit
+from ..catalog import parameters
 from ..catalog.service import get_app, get_version, latest_active_version
 from ..common import page_of
 from ..errors import ApiError, conflict, not_found, unprocessable
@@ -94,6 +95,7 @@ def create_instance(conn: psycopg.Connection, actor: Principal, project: dict, b
     if version["artifact_status"] != "active":
         raise conflict("artifact_not_active", f"the version's artifact is {version['artifact_status']}",
                        artifact_status=version["artifact_status"])
+    parameters.validate_for_version(version, body.parameters)
     if not is_entitled(conn, project["id"], app["slug"]):
         raise ApiError(403, "not_entitled", f"project is not entitled to app {app['slug']}",
                        {"app_slug": app["slug"]})

@@ -13,6 +13,7 @@ from psycopg.types.json import Jsonb
 
 from .. import correlation
 from ..audit import service as audit
+from ..catalog import parameters
 from ..common import page_of
 from ..config import OperationSettings
 from ..errors import conflict, not_found
@@ -107,6 +108,10 @@ def _queue(conn, settings: OperationSettings, actor: Principal, instance: dict, 
         member_ids.append(new["id"])
         if kind == "member_replace":
             params |= {"old_member_id": str(member_id), "new_member_id": str(new["id"])}
+    if kind == "reconfigure":
+        version = conn.execute("SELECT adapter, runtime_profile FROM app_versions WHERE id = %s",
+                               (instance["app_version_id"],)).fetchone()
+        parameters.validate_for_version(version, (instance["parameters"] or {}) | request.get("parameters", {}))
     if kind == "upgrade":
         params["target_version_id"] = str(_upgrade_target(conn, instance, UUID(str(request["app_version_id"]))))
     if kind == "rollback":
