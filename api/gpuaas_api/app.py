@@ -2,12 +2,15 @@
 
 from __future__ import annotations
 
+import json
 from contextlib import asynccontextmanager
 
+import h11
 from fastapi import FastAPI, Request
 from pydantic import BaseModel
+from uvicorn.protocols.http.h11_impl import H11Protocol
 
-from . import __version__, errors
+from . import __version__, correlation, errors
 from . import db as dbmod
 from .admin_routes import api as admin_api
 from .allocations.routes import api as allocations_api
@@ -27,6 +30,66 @@ class Health(BaseModel):
     status: str
 
 
+class BodyLimitMiddleware:
+    """Refuses a request body over max_bytes with 413 in the envelope, whether or not it declares a
+    Content-Length: the body is read (up to the limit) before the app sees any of it."""
+
+    def __init__(self, app, max_bytes: int):
+        self.app = app
+        self.max_bytes = max_bytes
+
+    async def __call__(self, scope, receive, send):
+        if scope["type"] != "http":
+            await self.app(scope, receive, send)
+            return
+        declared = next((v for k, v in scope["headers"] if k == b"content-length"), b"")
+        too_large = declared.isdigit() and int(declared) > self.max_bytes
+        chunks, size, last = [], 0, None
+        while not too_large:
+            last = await receive()
+            if last["type"] != "http.request":
+                break  # a disconnect: handed to the app as it is
+            chunks.append(last.get("body", b""))
+            size += len(chunks[-1])
+            too_large = size > self.max_bytes
+            if not last.get("more_body"):
+                last = None
+                break
+        if too_large:
+            response = errors.envelope(413, "payload_too_large", f"request body exceeds {self.max_bytes} bytes",
+                                       {"max_bytes": self.max_bytes}, {"Connection": "close"})
+            await response(scope, receive, send)
+            return
+        pending = [{"type": "http.request", "body": b"".join(chunks), "more_body": False}]
+        if last is not None:
+            pending.append(last)
+
+        async def replay():
+            return pending.pop(0) if pending else await receive()
+
+        await self.app(scope, replay, send)
+
+
+class EnvelopeH11Protocol(H11Protocol):
+    """uvicorn answers a request it cannot parse (a raw invalid byte in the query string) itself, in
+    plain text, before the app sees it. This answers it in the error envelope instead."""
+
+    def send_400_response(self, msg: str) -> None:
+        cid = correlation.new_id()
+        body = json.dumps({"error": {"code": "bad_request", "message": "malformed HTTP request",
+                                     "details": {}, "correlation_id": cid}}).encode()
+        headers = [(b"content-type", b"application/json"), (b"content-length", str(len(body)).encode()),
+                   (correlation.HEADER.lower().encode(), cid.encode()), (b"connection", b"close")]
+        for event in (h11.Response(status_code=400, headers=headers, reason=b"Bad Request"),
+                      h11.Data(data=body), h11.EndOfMessage()):
+            self.transport.write(self.conn.send(event))
+        self.transport.close()
+
+
+# What `gpuaas serve` passes to uvicorn.
+SERVER_OPTIONS = {"http": EnvelopeH11Protocol}
+
+
 def create_app(database: dbmod.Database | None = None, settings: Settings | None = None) -> FastAPI:
     """With `database`, the caller owns the pool (tests, benchmarks, workers embedding the API).
     Without, startup resolves DATABASE_URL or the embedded server, migrates, and opens a pool."""
@@ -35,7 +98,7 @@ def create_app(database: dbmod.Database | None = None, settings: Settings | None
     async def lifespan(app: FastAPI):
         owned = None
         if database is None:
-            cfg = settings or Settings()
+            cfg = app.state.settings
             url = dbmod.resolve_database_url(cfg)
             dbmod.upgrade(url)
             owned = dbmod.Database(url, min_size=cfg.pool_min, max_size=cfg.pool_max)
@@ -57,8 +120,10 @@ def create_app(database: dbmod.Database | None = None, settings: Settings | None
     )
     if database is not None:
         app.state.db = database
+    app.state.settings = settings or Settings()
     errors.install(app)
-    app.add_middleware(CorrelationMiddleware)
+    app.add_middleware(BodyLimitMiddleware, max_bytes=app.state.settings.max_body_bytes)
+    app.add_middleware(CorrelationMiddleware)  # outermost: every answer above carries the correlation id
     for r in ROUTERS:
         app.include_router(r)
 

@@ -32,6 +32,15 @@ class Settings:
     default_token_ttl_days: int = field(
         default_factory=lambda: int(os.environ.get("GPUAAS_TOKEN_TTL_DAYS", "30"))
     )
+    # Longest token lifetime per kind of principal; a token also never outlives the token that minted it.
+    token_max_days_user: int = field(
+        default_factory=lambda: int(os.environ.get("GPUAAS_TOKEN_MAX_DAYS_USER", "90")))
+    token_max_days_service_account: int = field(
+        default_factory=lambda: int(os.environ.get("GPUAAS_TOKEN_MAX_DAYS_SERVICE_ACCOUNT", "365")))
+    # How often an open event stream re-checks its token and permission (revocation ends it).
+    stream_recheck_seconds: float = field(
+        default_factory=lambda: float(os.environ.get("GPUAAS_STREAM_RECHECK_SECONDS", "30")))
+    max_body_bytes: int = field(default_factory=lambda: int(os.environ.get("GPUAAS_MAX_BODY_BYTES", str(1 << 20))))
 
 
 # Operations (issue 4) ----------------------------------------------------------------------------

@@ -4,6 +4,7 @@ including validation errors, unknown routes and wrong methods."""
 from __future__ import annotations
 
 from typing import Any
+from uuid import UUID
 
 import psycopg.errors
 from fastapi import FastAPI, Request
@@ -37,6 +38,38 @@ class ApiError(Exception):
 
 def not_found(kind: str, ident: Any) -> ApiError:
     return ApiError(404, "not_found", f"{kind} {ident} not found", {"kind": kind, "id": str(ident)})
+
+
+class Hidden(ApiError):
+    """The caller is outside the tenant/project that owns what it asked for. The handler answers with
+    the not_found of the id the request named, so the answer equals the one for a missing id."""
+
+    def __init__(self, fallback: tuple[str, Any]):
+        super().__init__(404, "not_found", "not found")
+        self.fallback = fallback
+
+
+def hidden(tenant_id: Any, project_id: Any) -> Hidden:
+    # Without an id in the path, the request named the scope itself (a query or body project_id/tenant_id).
+    return Hidden(("project", project_id) if project_id else ("tenant", tenant_id))
+
+
+# Path parameter -> the kind its not_found names (see the services' get_* functions).
+_PATH_KINDS = {"tenant_id": "tenant", "project_id": "project", "user_id": "user", "sa_id": "service_account",
+               "token_id": "token", "binding_id": "role_binding", "instance_id": "app_instance",
+               "member_id": "member", "operation_id": "operation", "allocation_id": "allocation",
+               "overlay_id": "policy_overlay", "artifact_id": "artifact"}
+
+
+def _named_resource(request: Request, fallback: tuple[str, Any]) -> tuple[str, Any]:
+    """The first resource id in the request path: the one whose lookup decides access."""
+    for name, value in request.path_params.items():
+        if name in _PATH_KINDS:
+            try:
+                return _PATH_KINDS[name], UUID(str(value))
+            except ValueError:
+                return _PATH_KINDS[name], value
+    return fallback
 
 
 def conflict(code: str, message: str, **details: Any) -> ApiError:
@@ -77,7 +110,9 @@ _DB_ERRORS = [
 
 def install(app: FastAPI) -> None:
     @app.exception_handler(ApiError)
-    async def _api_error(_: Request, exc: ApiError):
+    async def _api_error(request: Request, exc: ApiError):
+        if isinstance(exc, Hidden):
+            exc = not_found(*_named_resource(request, exc.fallback))
         headers = {"WWW-Authenticate": "Bearer"} if exc.status == 401 else None
         return envelope(exc.status, exc.code, exc.message, exc.details, headers)
 

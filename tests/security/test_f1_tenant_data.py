@@ -72,7 +72,7 @@ def test_a_stored_parameter_that_escaped_validation_never_reaches_a_run(ops):
     """Rows written before schemas existed (or by hand) are checked again when the run is planned."""
     instance, marker = make_instance(ops, "legacy")
     ops.sql("""UPDATE app_instances SET parameters = parameters || '{"ansible_connection": "ssh",
-               "ansible_host": "192.0.2.1"}'::jsonb WHERE id = %s""", (instance["id"],))
+               "ansible_host": "192.0.2.1"}'::jsonb WHERE id = %s RETURNING id""", (instance["id"],))
     ops.start_worker()
     op = ops.w.call(SA, "POST", f"/v1/instances/{instance['id']}/deploy", 202).json()
     done = wait_op(ops, op["id"])

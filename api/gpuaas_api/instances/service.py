@@ -11,10 +11,11 @@ from uuid import UUID
 import psycopg
 from psycopg.types.json import Jsonb
 
+from ..allocations import service as allocations_service
 from ..allocations.service import get_allocations
 from ..audit import service as audit
 from ..catalog import parameters
-from ..catalog.service import get_app, get_version, latest_active_version
+from ..catalog.service import get_app, get_version, get_version_by_id, latest_active_version
 from ..common import page_of
 from ..errors import ApiError, conflict, not_found, unprocessable
 from ..iam.auth import SYSTEM, Principal
@@ -82,23 +83,87 @@ def list_instances(conn: psycopg.Connection, *, project_id: UUID | None = None, 
     return [view(r) for r in items], nxt
 
 
-def create_instance(conn: psycopg.Connection, actor: Principal, project: dict, body: Any) -> dict:
-    """Create a project-owned instance with its members placed on the chosen allocations, or refuse
-    and say exactly why: entitlement (403), policy (403), version/artifact state (409), compatibility
-    (422)."""
-    app = get_app(conn, body.app_slug)
-    version = get_version(conn, app["slug"], body.version) if body.version else latest_active_version(conn, app["slug"])
-    if version["status"] != "active":
+def check_version_usable(version: dict, *, rollback: bool = False) -> None:
+    """A new binding (create, upgrade) needs an active version; a rollback may return to a version
+    deprecated since, but never onto an artifact that is no longer active (409)."""
+    if version["status"] != "active" and not rollback:
         raise conflict("version_not_usable",
-                       f"version {version['version']} is {version['status']}; new instances need an active version",
+                       f"version {version['version']} is {version['status']}; only an active version can be bound",
                        version=version["version"], status=version["status"])
     if version["artifact_status"] != "active":
-        raise conflict("artifact_not_active", f"the version's artifact is {version['artifact_status']}",
+        raise conflict("artifact_not_active", f"the artifact of version {version['version']} is "
+                       f"{version['artifact_status']}", version=version["version"],
                        artifact_status=version["artifact_status"])
+
+
+def check_binding(conn: psycopg.Connection, tenant_id: UUID, project_id: UUID, version: dict,
+                  allocations: dict[UUID, dict], members: list[rules.PlannedMember],
+                  problems: list[dict] | None = None) -> None:
+    """The one gate for every path that binds capacity or a version to an instance (create, member
+    add, replace, upgrade, rollback): entitlement and policy overlays on the version's registry and
+    on every allocation (403), then compatibility of each allocation and of the whole topology (422,
+    together with the `problems` the caller found)."""
+    if not is_entitled(conn, project_id, version["app_slug"]):
+        raise ApiError(403, "not_entitled", f"project is not entitled to app {version['app_slug']}",
+                       {"app_slug": version["app_slug"]})
+    overlay_rows = overlays_for(conn, tenant_id, project_id)
+    checks = [("artifact_registry", version["artifact_registry"], f"artifact {version['artifact_reference']}")]
+    for a in allocations.values():
+        subject = f"allocation {a['name']}"
+        checks += [("region", a["region"], subject), ("capacity_shape", a["capacity_shape"], subject)]
+        if any(o["dimension"] == "sku" for o in overlay_rows):
+            checks.append(("sku", a["sku"], subject))
+    denied = policy_rules.violations(overlay_rows, checks)
+    if denied:
+        raise ApiError(403, "policy_denied", "policy overlays refuse this binding", {"reasons": denied})
+    compat = version["compatibility"]
+    problems = list(problems or [])
+    for a in allocations.values():
+        problems += rules.allocation_problems(compat, a)
+    problems += rules.topology_problems(compat, members, allocations)
+    if problems:
+        raise ApiError(422, "compatibility_refused", "the chosen allocations and topology cannot run this app",
+                       {"reasons": problems})
+
+
+def shares_hosts(version: dict) -> bool:
+    return bool(version["compatibility"].get("shares_hosts"))
+
+
+def refuse_busy(hosts: set[rules.Host]) -> None:
+    if hosts:
+        names = sorted(h for _, h in hosts)
+        raise conflict("host_in_use", f"host(s) {', '.join(names)} already carry another instance's members",
+                       hosts=names)
+
+
+def check_version_change(conn: psycopg.Connection, instance: dict, version: dict) -> None:
+    """Upgrade and rollback bind another version to the capacity the instance holds: the same gate as
+    create, for its current members and desired topology (roles the version adds count as 0)."""
+    live = conn.execute("""SELECT role, allocation_id, host_name FROM app_instance_members
+                            WHERE instance_id = %s AND status <> 'removed'""", (instance["id"],)).fetchall()
+    members = [rules.PlannedMember(m["role"], m["allocation_id"], m["host_name"]) for m in live]
+    allocations = get_allocations(conn, list({m.allocation_id for m in members}))
+    requested = [{"role": r["name"], "count": r["desired_count"]} for r in instance["topology"]["roles"]]
+    requested += [{"role": r["name"], "count": 0} for r in version["adapter"]["roles"]
+                  if r["name"] not in {x["role"] for x in requested}]
+    _, problems = rules.desired_counts(version["adapter"], requested)
+    if not shares_hosts(version):  # the instance may sit on shared hosts that this version cannot share
+        allocations_service.lock_hosts(conn)
+        busy = allocations_service.busy_hosts(conn, list(allocations), instance_id=instance["id"],
+                                              shares_hosts=False)
+        refuse_busy({(m.allocation_id, m.host_name) for m in members} & busy)
+    check_binding(conn, instance["tenant_id"], instance["project_id"], version, allocations, members, problems)
+
+
+def create_instance(conn: psycopg.Connection, actor: Principal, project: dict, body: Any) -> dict:
+    """Create a project-owned instance with its members placed on the chosen allocations, or refuse
+    and say exactly why: version/artifact state (409), a host another instance holds (409),
+    entitlement and policy (403), compatibility (422)."""
+    app = get_app(conn, body.app_slug)
+    version = get_version(conn, app["slug"], body.version) if body.version else latest_active_version(conn, app["slug"])
+    check_version_usable(version)
     parameters.validate_for_version(version, body.parameters)
-    if not is_entitled(conn, project["id"], app["slug"]):
-        raise ApiError(403, "not_entitled", f"project is not entitled to app {app['slug']}",
-                       {"app_slug": app["slug"]})
 
     ids = list(dict.fromkeys(body.allocation_ids))
     found = get_allocations(conn, ids)
@@ -106,31 +171,19 @@ def create_instance(conn: psycopg.Connection, actor: Principal, project: dict, b
                 for a in ids if a not in found or found[a]["project_id"] != project["id"]]
     allocations = [found[a] for a in ids if a in found and found[a]["project_id"] == project["id"]]
 
-    overlay_rows = overlays_for(conn, project["tenant_id"], project["id"])
-    checks = [("artifact_registry", version["artifact_registry"], f"artifact {version['artifact_reference']}")]
-    for a in allocations:
-        subject = f"allocation {a['name']}"
-        checks += [("region", a["region"], subject), ("capacity_shape", a["capacity_shape"], subject)]
-        if any(o["dimension"] == "sku" for o in overlay_rows):
-            checks.append(("sku", a["sku"], subject))
-    denied = policy_rules.violations(overlay_rows, checks)
-    if denied:
-        raise ApiError(403, "policy_denied", "policy overlays refuse this instance", {"reasons": denied})
-
     requested = [r.model_dump() for r in body.topology]
     counts, topo_problems = rules.desired_counts(version["adapter"], requested)
     problems += topo_problems
-    compat = version["compatibility"]
-    for a in allocations:
-        problems += rules.allocation_problems(compat, a)
     members: list[rules.PlannedMember] = []
+    allocations_service.lock_hosts(conn)
     if not topo_problems and allocations:
-        members, placement_problems = rules.place(counts, requested, allocations)
+        busy = allocations_service.busy_hosts(conn, [a["id"] for a in allocations], instance_id=None,
+                                              shares_hosts=shares_hosts(version))
+        members, placement_problems = rules.place(counts, requested, allocations, busy)
         problems += placement_problems
-        problems += rules.topology_problems(compat, members, {a["id"]: a for a in allocations})
-    if problems:
-        raise ApiError(422, "compatibility_refused", "the chosen allocations and topology cannot run this app",
-                       {"reasons": problems})
+        refuse_busy({(m.allocation_id, m.host_name) for m in members} & busy)
+    check_binding(conn, project["tenant_id"], project["id"], version, {a["id"]: a for a in allocations}, members,
+                  problems)
 
     runtime = rules.decide_runtime(app, body.operating_mode, body.control_plane_scope)
     used = {m.allocation_id for m in members} or {allocations[0]["id"]}
@@ -145,11 +198,14 @@ def create_instance(conn: psycopg.Connection, actor: Principal, project: dict, b
          body.operating_mode, runtime.control_plane_scope, runtime.runtime_backend, runtime.tenant_boundary_mode,
          "+".join(shapes), Jsonb(topology), Jsonb(body.labels), actor.id, Jsonb(body.parameters)),
     ).fetchone()
+    nodes = rules.node_names([(m.allocation_id, m.host_name) for m in members],
+                             {a["id"]: a["seq"] for a in allocations}, {})
     with conn.cursor() as cur:
         cur.executemany(
             """INSERT INTO app_instance_members (instance_id, role, allocation_id, host_name, node_name,
                    last_correlation_id) VALUES (%s, %s, %s, %s, %s, %s)""",
-            [(instance["id"], m.role, m.allocation_id, m.host_name, m.node_name, None) for m in members],
+            [(instance["id"], m.role, m.allocation_id, m.host_name, nodes[(m.allocation_id, m.host_name)], None)
+             for m in members],
         )
     audit.append_event(conn, instance, "apps.instance.requested", {
         "app_version": version["version"], "artifact_reference": version["artifact_reference"],
@@ -231,18 +287,18 @@ def set_member_status(conn: psycopg.Connection, member_id: UUID, target: str, *,
 
 def add_member(conn: psycopg.Connection, actor: Principal, instance_id: UUID, role: str, allocation_id: UUID,
                host_name: str | None = None, *, correlation_id: str | None = None) -> dict:
-    """Add one pending member for `role` on an allocation host, within the adapter's max and the
-    compatibility rules. The member starts `pending`; a run (issue 4) makes it join."""
+    """Add one pending member for `role` on an allocation host, within the adapter's max, on a host
+    no other instance holds, through the same gate as create. The member starts `pending`; a run
+    (issue 4) makes it join."""
     instance = get_instance(conn, instance_id, lock=True)
     if instance["status"] in ("stopping", "stopped"):
         raise conflict("instance_not_operable", f"instance is {instance['status']}", status=instance["status"])
-    version = conn.execute("SELECT compatibility, adapter FROM app_versions WHERE id = %s",
-                           (instance["app_version_id"],)).fetchone()
+    version = get_version_by_id(conn, instance["app_version_id"])
     spec = next((r for r in version["adapter"]["roles"] if r["name"] == role), None)
     if spec is None:
         raise unprocessable("unknown_role", f"role {role!r} is not defined by the app adapter", role=role)
     live = conn.execute(
-        """SELECT m.allocation_id, m.host_name, m.role FROM app_instance_members m
+        """SELECT m.allocation_id, m.host_name, m.node_name, m.role FROM app_instance_members m
             WHERE m.instance_id = %s AND m.status <> 'removed'""", (instance_id,)).fetchall()
     if sum(1 for m in live if m["role"] == role) >= spec["max"]:
         raise conflict("role_at_max", f"role {role} already has its maximum of {spec['max']} members", role=role)
@@ -250,26 +306,32 @@ def add_member(conn: psycopg.Connection, actor: Principal, instance_id: UUID, ro
     allocation = allocations.get(allocation_id)
     if allocation is None or allocation["project_id"] != instance["project_id"]:
         raise unprocessable("allocation.unknown", f"allocation {allocation_id} is not held by this project")
+    allocations_service.lock_hosts(conn)
+    busy = {h for _, h in allocations_service.busy_hosts(conn, [allocation_id], instance_id=instance_id,
+                                                         shares_hosts=shares_hosts(version))}
     taken = {m["host_name"] for m in live if m["role"] == role and m["allocation_id"] == allocation_id}
     names = [h["name"] for h in allocation["hosts"]]
     if host_name is None:
-        host_name = next((h for h in names if h not in taken), None)
+        host_name = next((h for h in names if h not in taken and h not in busy), None)
         if host_name is None:
-            raise conflict("no_free_host", f"every host of allocation {allocation['name']} already has a {role}")
+            raise conflict("no_free_host", f"every host of allocation {allocation['name']} already has a {role} "
+                           "or carries another instance")
     elif host_name not in names:
         raise unprocessable("placement.host", f"host {host_name} is not in allocation {allocation['name']}")
     elif host_name in taken:
         raise conflict("host_taken", f"host {host_name} already has a live {role} member")
+    if host_name in busy:
+        refuse_busy({(allocation_id, host_name)})
     planned = [rules.PlannedMember(m["role"], m["allocation_id"], m["host_name"]) for m in live]
     planned.append(rules.PlannedMember(role, allocation_id, host_name))
-    problems = rules.allocation_problems(version["compatibility"], allocation)
-    problems += rules.topology_problems(version["compatibility"], planned, allocations)
-    if problems:
-        raise ApiError(422, "compatibility_refused", "this member cannot join the instance", {"reasons": problems})
+    check_binding(conn, instance["tenant_id"], instance["project_id"], version, allocations, planned)
+    named = {(m["allocation_id"], m["host_name"]): m["node_name"] for m in live}
+    node_name = rules.node_names([(allocation_id, host_name)], {a["id"]: a["seq"] for a in allocations.values()},
+                                 named)[(allocation_id, host_name)]
     member = conn.execute(
         """INSERT INTO app_instance_members (instance_id, role, allocation_id, host_name, node_name)
            VALUES (%s, %s, %s, %s, %s) RETURNING *""",
-        (instance_id, role, allocation_id, host_name, host_name),
+        (instance_id, role, allocation_id, host_name, node_name),
     ).fetchone()
     topology = instance["topology"]
     for r in topology["roles"]:
@@ -278,7 +340,7 @@ def add_member(conn: psycopg.Connection, actor: Principal, instance_id: UUID, ro
     conn.execute("UPDATE app_instances SET topology = %s, updated_at = now() WHERE id = %s",
                  (Jsonb(topology), instance_id))
     audit.append_event(conn, instance, "member_add_requested",
-                       {"member_id": str(member["id"]), "role": role, "node_name": host_name,
+                       {"member_id": str(member["id"]), "role": role, "node_name": node_name,
                         "allocation_id": str(allocation_id)}, member_id=member["id"], correlation_id=correlation_id)
     audit.record(conn, actor, "apps.member.add", "member", member["id"], after={"role": role, "host_name": host_name},
                  context=audit.instance_context(instance), correlation_id=correlation_id)

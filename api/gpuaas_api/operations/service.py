@@ -14,6 +14,7 @@ from psycopg.types.json import Jsonb
 from .. import correlation
 from ..audit import service as audit
 from ..catalog import parameters
+from ..catalog.service import get_version_by_id
 from ..common import page_of
 from ..config import OperationSettings
 from ..errors import conflict, not_found
@@ -46,15 +47,18 @@ def list_for_instance(conn: psycopg.Connection, instance_id: UUID, *, status: st
     return page_of(rows, limit)
 
 
-def _by_key(conn, instance_id: UUID, actor: Principal, key: str) -> dict | None:
-    return conn.execute("""SELECT * FROM operations WHERE instance_id = %s AND requested_by = %s
-                           AND idempotency_key = %s""", (instance_id, actor.id, key)).fetchone()
+def _by_key(conn, instance_id: UUID, actor: Principal, kind: str, member_id: UUID | None, key: str) -> dict | None:
+    """The operation an Idempotency-Key names: keys are scoped to caller, route (kind) and target
+    (instance, and the member of a member route), as the unique index operations_idempotency is."""
+    return conn.execute("""SELECT * FROM operations WHERE instance_id = %s AND requested_by = %s AND kind = %s
+                             AND target_member_id IS NOT DISTINCT FROM %s AND idempotency_key = %s""",
+                        (instance_id, actor.id, kind, member_id, key)).fetchone()
 
 
-def _replay(existing: dict, kind: str, request: dict) -> dict:
-    if existing["kind"] != kind or existing["params"].get("request") != request:
-        raise conflict("idempotency_key_reused", "this Idempotency-Key was used for a different request",
-                       operation_id=str(existing["id"]))
+def _replay(existing: dict, request: dict) -> dict:
+    if existing["params"].get("request") != request:
+        raise conflict("idempotency_key_reused", "this Idempotency-Key was used on this route and target with "
+                       "a different request body", operation_id=str(existing["id"]))
     return existing
 
 
@@ -65,14 +69,14 @@ def accept(conn: psycopg.Connection, settings: OperationSettings, actor: Princip
     the idempotency key is the guarantee that concurrent retries yield one operation."""
     instance = instances.get_instance(conn, instance_id, lock=True)
     if idempotency_key:
-        existing = _by_key(conn, instance_id, actor, idempotency_key)
+        existing = _by_key(conn, instance_id, actor, kind, member_id, idempotency_key)
         if existing:
-            return _replay(existing, kind, request)
+            return _replay(existing, request)
     try:
         with conn.transaction():  # savepoint: a lost idempotency race undoes the pending member too
             return _queue(conn, settings, actor, instance, kind, request, member_id, idempotency_key)
     except _KeyTaken:
-        return _replay(_by_key(conn, instance_id, actor, idempotency_key), kind, request)
+        return _replay(_by_key(conn, instance_id, actor, kind, member_id, idempotency_key), request)
 
 
 def _queue(conn, settings: OperationSettings, actor: Principal, instance: dict, kind: str, request: dict,
@@ -117,15 +121,18 @@ def _queue(conn, settings: OperationSettings, actor: Principal, instance: dict, 
     if kind == "rollback":
         if instance["previous_version_id"] is None:
             raise conflict("no_previous_version", "the instance has no previous version to roll back to")
-        params["target_version_id"] = str(instance["previous_version_id"])
+        target = get_version_by_id(conn, instance["previous_version_id"])
+        instances.check_version_usable(target, rollback=True)
+        instances.check_version_change(conn, instance, target)
+        params["target_version_id"] = str(target["id"])
     op = conn.execute(
         """INSERT INTO operations (instance_id, tenant_id, project_id, kind, params, member_ids, correlation_id,
-               idempotency_key, requested_by_kind, requested_by, max_attempts, timeout_s)
-           VALUES (%s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s)
-           ON CONFLICT (instance_id, requested_by, idempotency_key) WHERE idempotency_key IS NOT NULL
-           DO NOTHING RETURNING *""",
+               idempotency_key, requested_by_kind, requested_by, max_attempts, timeout_s, target_member_id)
+           VALUES (%s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s)
+           ON CONFLICT (instance_id, requested_by, kind, target_member_id, idempotency_key)
+           WHERE idempotency_key IS NOT NULL DO NOTHING RETURNING *""",
         (instance["id"], instance["tenant_id"], instance["project_id"], kind, Jsonb(params), member_ids, cid,
-         idempotency_key, actor.kind, actor.id, settings.max_attempts, settings.timeouts[kind]),
+         idempotency_key, actor.kind, actor.id, settings.max_attempts, settings.timeouts[kind], member_id),
     ).fetchone()
     if op is None:
         raise _KeyTaken
@@ -138,15 +145,14 @@ def _queue(conn, settings: OperationSettings, actor: Principal, instance: dict, 
 
 
 def _upgrade_target(conn, instance: dict, version_id: UUID) -> UUID:
-    v = conn.execute("""SELECT v.*, a.status AS artifact_status FROM app_versions v
-                          JOIN artifacts a ON a.id = v.artifact_id WHERE v.id = %s""", (version_id,)).fetchone()
-    if v is None or v["app_slug"] != instance["app_slug"]:
+    """Another active version of the same app, through the same gate as create."""
+    v = get_version_by_id(conn, version_id)
+    if v["app_slug"] != instance["app_slug"]:
         raise not_found("app_version", version_id)
     if v["id"] == instance["app_version_id"]:
         raise conflict("already_at_version", f"the instance already runs version {v['version']}")
-    if v["status"] != "active" or v["artifact_status"] != "active":
-        raise conflict("version_not_usable", f"version {v['version']} is {v['status']} (artifact "
-                       f"{v['artifact_status']}); upgrades need an active version", version=v["version"])
+    instances.check_version_usable(v)
+    instances.check_version_change(conn, instance, v)
     return v["id"]
 
 
