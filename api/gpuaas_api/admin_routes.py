@@ -6,20 +6,15 @@ from __future__ import annotations
 from typing import Annotated
 from uuid import UUID
 
-from fastapi import Header, Query
-from pydantic import StringConstraints
+from fastapi import Query
 
 from .audit import service as audit
 from .common import Page, decode_cursor
-from .deps import DB, Caller, CursorParam, LimitParam, router
+from .deps import DB, BreakGlassReason, Caller, CursorParam, LimitParam, router
 from .instances import service as instances
 from .instances.schemas import Instance, InstanceStatus, StatusChange
 
 api = router("admin (break-glass)")
-BreakGlassReason = Annotated[
-    str, StringConstraints(min_length=8, max_length=500, pattern=r"^[\x20-\x7e]+$"),
-    Header(alias="X-Break-Glass-Reason", description="why this break-glass access is needed (audited)"),
-]
 
 
 @api.get("/v1/admin/instances", response_model=Page[Instance])

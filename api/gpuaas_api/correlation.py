@@ -11,7 +11,8 @@ import uuid
 
 HEADER = "X-Correlation-ID"
 _HEADER_BYTES = HEADER.lower().encode()
-_VALID = re.compile(r"^[A-Za-z0-9._:\-]{1,128}$")
+# The runner uses the id as ansible-runner's ident, a path component: no dots, slashes or colons.
+_VALID = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_\-]{0,63}$")
 
 _current: contextvars.ContextVar[str | None] = contextvars.ContextVar("correlation_id", default=None)
 log = logging.getLogger(__name__)

@@ -4,9 +4,11 @@ from __future__ import annotations
 
 from typing import Annotated
 
-from fastapi import APIRouter, Depends, Query, Request
+from fastapi import APIRouter, Depends, Header, Query, Request
+from pydantic import StringConstraints
 
 from .common import Cursor, Limit
+from .config import Settings
 from .db import Database
 from .errors import ERROR_RESPONSES
 from .iam.auth import Principal, authenticate
@@ -21,6 +23,17 @@ def get_db(request: Request) -> Database:
 
 
 DB = Annotated[Database, Depends(get_db)]
+
+
+def get_settings(request: Request) -> Settings:
+    return request.app.state.settings
+
+
+AppSettings = Annotated[Settings, Depends(get_settings)]
+_ReasonText = Annotated[str, StringConstraints(min_length=8, max_length=500, pattern=r"^[\x20-\x7e]+$")]
+_REASON_HEADER = Header(alias="X-Break-Glass-Reason", description="why this break-glass access is needed (audited)")
+BreakGlassReason = Annotated[_ReasonText, _REASON_HEADER]
+OptionalBreakGlassReason = Annotated[_ReasonText | None, _REASON_HEADER]
 
 
 def router(tag: str) -> APIRouter:

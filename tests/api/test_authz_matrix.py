@@ -1,7 +1,8 @@
 """Every route × every actor: anonymous; platform admin; tenant admin of this and of another tenant;
 project admin, project member and service account of this and of another project. Targets live in
 tenant A / project A1; the "other" project is A2 (same tenant), the other tenant is B. An allowed call
-must succeed (2xx); a denied call must be 401 (anonymous) or 403 — never a 404 or a 5xx."""
+must succeed (2xx); a denied call must be 401 (anonymous), 403 for a caller who can see the target's
+tenant or project, or, for one who cannot, the same 404 as for a missing id — never a 5xx."""
 
 from __future__ import annotations
 
@@ -133,13 +134,24 @@ class Case:
     route: tuple[str, str]  # (method, path template) as registered in the app
     allowed: set[str]
     build: Callable[[Ctx, str], Request]
+    scope: str  # what owns the target: platform (nothing), tenant (A) or project (A1)
+
+
+# Who cannot see a target owned at each scope (they are denied with 404, everyone else with 403).
+BLIND = {"platform": set(), "tenant": {"other_tenant_admin"},
+         "project": {"other_tenant_admin", "other_project_admin", "other_project_member", "other_service_account"}}
+TENANT_ROUTES = ("/v1/tenants/{tenant_id}", "/v1/users/", "/v1/tokens/")
+PROJECT_ROUTES = ("/v1/projects/", "/v1/instances/", "/v1/operations/", "/v1/allocations", "/v1/role-bindings",
+                  "/v1/policy/", "/v1/audit")
 
 
 def c(method: str, path: str, allowed: set[str], build: Callable[[Ctx, str], Request] | None = None) -> Case:
     """A case whose URL is the template with ids filled from the world, unless `build` says otherwise."""
     def default(ctx: Ctx, actor: str) -> Request:
         return method, path.format(**ctx.ids), {}
-    return Case((method, path), allowed, build or default)
+    scope = ("tenant" if path.startswith(TENANT_ROUTES) else "project" if path.startswith(PROJECT_ROUTES)
+             else "platform")
+    return Case((method, path), allowed, build or default, scope)
 
 
 CASES: list[Case] = [
@@ -173,6 +185,10 @@ CASES: list[Case] = [
         "POST", f"/v1/users/{x.ids['user_project_member']}/tokens", {"json": {"name": "issued"}})),
     c("DELETE", "/v1/tokens/{token_id}", {PA, TA},
       lambda x, a: ("DELETE", f"/v1/tokens/{x.fresh_user_token()}", {})),
+    c("GET", "/v1/users/{user_id}/tokens", {PA, TA},
+      lambda x, a: ("GET", f"/v1/users/{x.ids['user_project_member']}/tokens", {})),
+    c("DELETE", "/v1/users/{user_id}/tokens", {PA, TA},
+      lambda x, a: ("DELETE", f"/v1/users/{x.fresh_user()}/tokens", {})),
     # service accounts
     c("POST", "/v1/projects/{project_id}/service-accounts", {TA, PADM}, lambda x, a: (
         "POST", f"/v1/projects/{x.ids['project_a1']}/service-accounts",
@@ -343,9 +359,10 @@ def test_authorization_matrix(ctx: Ctx, case: Case):
         if actor in case.allowed:
             ok = 200 <= status < 300
         else:
-            ok = status == (401 if actor == "anonymous" else 403)
+            expected = 401 if actor == "anonymous" else 404 if actor in BLIND[case.scope] else 403
+            ok = status == expected
             if ok:
-                assert response.json()["error"]["code"] in ("unauthenticated", "forbidden")
+                assert response.json()["error"]["code"] in ("unauthenticated", "forbidden", "not_found")
         if not ok:
             wrong.append((actor, "allow" if actor in case.allowed else "deny", status, response.text[:200]))
     assert not wrong, wrong

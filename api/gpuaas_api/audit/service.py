@@ -90,11 +90,17 @@ def list_events(conn: psycopg.Connection, instance_id: UUID, *, after: int | Non
 
 
 def list_audit(conn: psycopg.Connection, *, tenant_id: UUID | None, project_id: UUID | None,
-               before: int | None, limit: int, filters: dict[str, Any]) -> tuple[list[dict], str | None]:
-    """Newest first, keyset-paginated on id."""
+               before: int | None, limit: int, filters: dict[str, Any],
+               platform_only: bool = False) -> tuple[list[dict], str | None]:
+    """Newest first, keyset-paginated on id. platform_only: only the platform's own rows (no tenant
+    context, break-glass, or an action by a current platform principal); the rest is tenant data:
+    what tenants asked for, and what the workers did for them."""
     rows = conn.execute(
         """SELECT * FROM audit_log
-            WHERE (%(tenant)s::uuid IS NULL OR tenant_id = %(tenant)s)
+            WHERE (NOT %(platform_only)s OR tenant_id IS NULL OR break_glass
+                   OR (actor_kind, actor_id) IN (SELECT principal_kind, principal_id FROM role_bindings
+                                                  WHERE scope_kind = 'platform'))
+              AND (%(tenant)s::uuid IS NULL OR tenant_id = %(tenant)s)
               AND (%(project)s::uuid IS NULL OR project_id = %(project)s)
               AND (%(before)s::bigint IS NULL OR id < %(before)s)
               AND (%(action)s::text IS NULL OR action = %(action)s)
@@ -103,7 +109,8 @@ def list_audit(conn: psycopg.Connection, *, tenant_id: UUID | None, project_id: 
               AND (%(actor)s::uuid IS NULL OR actor_id = %(actor)s)
               AND (%(break_glass)s::boolean IS NULL OR break_glass = %(break_glass)s)
             ORDER BY id DESC LIMIT %(limit)s""",
-        {"tenant": tenant_id, "project": project_id, "before": before, "limit": limit + 1,
+        {"platform_only": platform_only, "tenant": tenant_id, "project": project_id, "before": before,
+         "limit": limit + 1,
          "action": filters.get("action"), "cid": filters.get("correlation_id"),
          "instance": filters.get("app_instance_id"), "actor": filters.get("actor_id"),
          "break_glass": filters.get("break_glass")},

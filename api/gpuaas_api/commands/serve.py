@@ -13,7 +13,7 @@ def register(sub: argparse._SubParsersAction) -> None:
 def run(args: argparse.Namespace) -> int:
     import uvicorn
 
-    from ..app import create_app
+    from ..app import SERVER_OPTIONS, create_app
 
-    uvicorn.run(create_app(), host=args.host, port=args.port, log_level="info")
+    uvicorn.run(create_app(), host=args.host, port=args.port, log_level="info", **SERVER_OPTIONS)
     return 0

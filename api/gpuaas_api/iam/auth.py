@@ -13,7 +13,7 @@ import psycopg
 from fastapi import Depends, Request
 from fastapi.security import HTTPAuthorizationCredentials, HTTPBearer
 
-from ..errors import ApiError, forbidden, unauthenticated
+from ..errors import forbidden, hidden, unauthenticated
 from .permissions import ROLES
 
 TOKEN_PREFIX = "gpa_"  # noqa: S105 - a public prefix that makes leaked tokens greppable
@@ -54,6 +54,7 @@ class Principal:
     tenant_id: UUID | None = None
     project_id: UUID | None = None  # set for service accounts: the only project they act in
     token_id: UUID | None = None
+    token_expires_at: datetime | None = None
     bindings: tuple[Binding, ...] = field(default_factory=tuple)
 
     def permits(self, key: str, *, tenant_id: UUID | None = None, project_id: UUID | None = None) -> bool:
@@ -66,11 +67,30 @@ class Principal:
     def permits_anywhere(self, key: str) -> bool:
         return any(key in ROLES[b.role].permissions for b in self.bindings if b.role in ROLES)
 
+    def sees(self, tenant_id: UUID | None, project_id: UUID | None) -> bool:
+        """Whether the caller may learn that something owned by this tenant/project exists: it holds a
+        binding there (a tenant binding sees the tenant's projects; a project binding its tenant, not its
+        sibling projects), or, for tenant-level things, it belongs to that tenant."""
+        if tenant_id is None and project_id is None:
+            return True
+        if project_id is None and tenant_id == self.tenant_id:
+            return True
+        if self.kind == "service_account":
+            return project_id is not None and project_id == self.project_id
+        return any(b.scope_kind == "platform"
+                   or (b.scope_kind == "tenant" and b.tenant_id == tenant_id)
+                   or (b.scope_kind == "project" and (b.project_id == project_id
+                                                      or (project_id is None and b.tenant_id == tenant_id)))
+                   for b in self.bindings)
+
     def require(self, key: str, *, tenant_id: UUID | None = None, project_id: UUID | None = None) -> None:
-        if not self.permits(key, tenant_id=tenant_id, project_id=project_id):
-            scope = {"tenant_id": str(tenant_id) if tenant_id else None,
-                     "project_id": str(project_id) if project_id else None}
-            raise forbidden(f"permission {key} is not granted at this scope", permission=key, scope=scope)
+        """403 when the caller can see the scope but lacks `key`; outside the scope, the same 404 as for
+        an id that does not exist, so neither the owner nor the existence leaks."""
+        if self.permits(key, tenant_id=tenant_id, project_id=project_id):
+            return
+        if not self.sees(tenant_id, project_id):
+            raise hidden(tenant_id, project_id)
+        raise forbidden(f"permission {key} is not granted at this scope", permission=key)
 
     def require_anywhere(self, key: str) -> None:
         if not self.permits_anywhere(key):
@@ -92,7 +112,7 @@ SELECT t.id AS token_id, t.principal_kind, t.principal_id, t.expires_at, t.revok
   FROM api_tokens t
   LEFT JOIN users u ON t.principal_kind = 'user' AND u.id = t.principal_id
   LEFT JOIN service_accounts s ON t.principal_kind = 'service_account' AND s.id = t.principal_id
- WHERE t.token_hash = %s
+ WHERE t.{column} = %s
 """
 
 
@@ -101,7 +121,16 @@ def _uuid(value):
 
 
 def principal_for_token(conn: psycopg.Connection, token: str) -> Principal | None:
-    row = conn.execute(_LOOKUP, (hash_token(token),)).fetchone()
+    return _principal(conn, "token_hash", hash_token(token))
+
+
+def principal_for_token_id(conn: psycopg.Connection, token_id: UUID) -> Principal | None:
+    """The principal behind an already authenticated token, as it is now (long-lived requests re-check)."""
+    return _principal(conn, "id", token_id)
+
+
+def _principal(conn: psycopg.Connection, column: str, value) -> Principal | None:
+    row = conn.execute(_LOOKUP.format(column=column), (value,)).fetchone()
     now = datetime.now(UTC)
     if row is None or row["revoked_at"] is not None or row["expires_at"] <= now or row["disabled"]:
         return None
@@ -115,7 +144,7 @@ def principal_for_token(conn: psycopg.Connection, token: str) -> Principal | Non
     )
     return Principal(kind=row["principal_kind"], id=row["principal_id"], name=row["name"],
                      tenant_id=row["tenant_id"], project_id=row["project_id"],
-                     token_id=row["token_id"], bindings=bindings)
+                     token_id=row["token_id"], token_expires_at=row["expires_at"], bindings=bindings)
 
 
 def authenticate(request: Request,
@@ -129,10 +158,3 @@ def authenticate(request: Request,
         raise unauthenticated()
     return principal
 
-
-def break_glass_reason(request: Request) -> str:
-    reason = (request.headers.get("X-Break-Glass-Reason") or "").strip()
-    if not 8 <= len(reason) <= 500 or "\x00" in reason:
-        raise ApiError(400, "break_glass_reason_required",
-                       "break-glass routes need an X-Break-Glass-Reason header (8-500 characters)")
-    return reason

@@ -45,17 +45,18 @@ ROLES: dict[str, Role] = {r.name: r for r in [
          frozenset({
              "iam.tenant.create", "iam.tenant.read", "iam.project.create", "iam.project.read",
              "iam.user.create", "iam.user.read",
-             "iam.token.create", "iam.token.revoke",
+             "iam.token.create", "iam.token.read", "iam.token.revoke",
              "iam.role_binding.create", "iam.role_binding.read", "iam.role_binding.delete",
              "apps.catalog.read", "apps.catalog.write", "allocations.read", "allocations.write",
              "policy.entitlement.read", "policy.entitlement.write",
-             "policy.overlay.read", "policy.overlay.write", "audit.read", "platform.break_glass",
+             # audit.platform.read: the platform's own audit rows; tenants' rows need break-glass.
+             "policy.overlay.read", "policy.overlay.write", "audit.platform.read", "platform.break_glass",
          })),
     Role("tenant_admin", "tenant", "user",
          "Manages projects, users, service accounts, policy overlays and app instances in one tenant.",
          PROJECT_READ | APPS_INSTANCE_ALL | SCHEDULER_ALL | SERVICE_ACCOUNT_ADMIN | frozenset({
              "iam.tenant.read", "iam.project.create", "iam.user.create", "iam.user.read",
-             "iam.token.create", "policy.overlay.write", "audit.read",
+             "iam.token.create", "iam.token.read", "policy.overlay.write", "audit.read",
          })),
     Role("project_admin", "project", "user",
          "Manages app instances, topology, service accounts and overlays inside one project.",

@@ -4,7 +4,7 @@ from uuid import UUID
 
 from ..audit import service as audit
 from ..common import Page, decode_cursor, keyset_page, page_of
-from ..deps import DB, Caller, CursorParam, LimitParam, router
+from ..deps import DB, AppSettings, Caller, CursorParam, LimitParam, router
 from ..errors import not_found
 from . import service
 from .permissions import ROLES
@@ -23,6 +23,7 @@ from .schemas import (
     TokenCreate,
     TokenInfo,
     TokenIssued,
+    TokensRevoked,
     User,
     UserCreate,
 )
@@ -54,9 +55,11 @@ def list_my_tokens(caller: Caller, db: DB, cursor: CursorParam = None, limit: Li
 
 
 @api.post("/v1/me/tokens", response_model=TokenIssued, status_code=201)
-def create_my_token(body: TokenCreate, caller: Caller, db: DB):
+def create_my_token(body: TokenCreate, caller: Caller, db: DB, settings: AppSettings):
+    """A new token for the caller; it never outlives the token that asks for it."""
     with db.transaction() as conn:
-        row, token = service.issue_token(conn, caller.kind, caller.id, body.name, body.expires_in_days)
+        row, token = service.issue_token(conn, settings, caller.kind, caller.id, body.name, body.expires_in_days,
+                                         not_after=caller.token_expires_at)
         audit.record(conn, caller, "iam.token.create", "token", row["id"],
                      after={"principal_kind": caller.kind, "principal_id": caller.id, "name": body.name},
                      context={"tenant_id": caller.tenant_id, "project_id": caller.project_id})
@@ -165,15 +168,37 @@ def get_user(user_id: UUID, caller: Caller, db: DB):
 
 
 @api.post("/v1/users/{user_id}/tokens", response_model=TokenIssued, status_code=201)
-def create_user_token(user_id: UUID, body: TokenCreate, caller: Caller, db: DB):
+def create_user_token(user_id: UUID, body: TokenCreate, caller: Caller, db: DB, settings: AppSettings):
     with db.transaction() as conn:
         user = service.get_user(conn, user_id)
         caller.require("iam.token.create", tenant_id=user["tenant_id"])
-        row, token = service.issue_token(conn, "user", user_id, body.name, body.expires_in_days)
+        row, token = service.issue_token(conn, settings, "user", user_id, body.name, body.expires_in_days)
         audit.record(conn, caller, "iam.token.create", "token", row["id"],
                      after={"principal_kind": "user", "principal_id": user_id, "name": body.name},
                      context={"tenant_id": user["tenant_id"]})
     return {**row, "token": token}
+
+
+@api.get("/v1/users/{user_id}/tokens", response_model=Page[TokenInfo])
+def list_user_tokens(user_id: UUID, caller: Caller, db: DB, cursor: CursorParam = None, limit: LimitParam = 50):
+    """A user's tokens (never the secrets), for the admins of the user's tenant and the platform."""
+    with db.transaction() as conn:
+        user = service.get_user(conn, user_id)
+        caller.require("iam.token.read", tenant_id=user["tenant_id"])
+        return keyset_page(conn, "api_tokens", cursor, limit, principal_kind="user", principal_id=user_id)
+
+
+@api.delete("/v1/users/{user_id}/tokens", response_model=TokensRevoked)
+def revoke_user_tokens(user_id: UUID, caller: Caller, db: DB):
+    """Revoke every live token of a user (a lost laptop, a leaver); open event streams end within
+    the stream re-check interval."""
+    with db.transaction() as conn:
+        user = service.get_user(conn, user_id)
+        caller.require("iam.token.revoke", tenant_id=user["tenant_id"])
+        revoked = service.revoke_all_tokens(conn, "user", user_id)
+        audit.record(conn, caller, "iam.token.revoke_all", "user", user_id, after={"revoked": revoked},
+                     context={"tenant_id": user["tenant_id"]})
+    return {"revoked": revoked}
 
 
 @api.delete("/v1/tokens/{token_id}", response_model=TokenInfo)
@@ -227,8 +252,7 @@ def disable_service_account(project_id: UUID, sa_id: UUID, caller: Caller, db: D
         before = service.get_service_account(conn, sa_id, project_id)
         row = conn.execute("UPDATE service_accounts SET disabled = true WHERE id = %s RETURNING *",
                            (sa_id,)).fetchone()
-        conn.execute("""UPDATE api_tokens SET revoked_at = now() WHERE principal_kind = 'service_account'
-                        AND principal_id = %s AND revoked_at IS NULL""", (sa_id,))
+        service.revoke_all_tokens(conn, "service_account", sa_id)
         conn.execute("DELETE FROM role_bindings WHERE principal_kind = 'service_account' AND principal_id = %s",
                      (sa_id,))
         audit.record(conn, caller, "iam.service_account.delete", "service_account", sa_id, before=before,
@@ -238,14 +262,16 @@ def disable_service_account(project_id: UUID, sa_id: UUID, caller: Caller, db: D
 
 @api.post("/v1/projects/{project_id}/service-accounts/{sa_id}/tokens", response_model=TokenIssued,
           status_code=201)
-def create_service_account_token(project_id: UUID, sa_id: UUID, body: TokenCreate, caller: Caller, db: DB):
+def create_service_account_token(project_id: UUID, sa_id: UUID, body: TokenCreate, caller: Caller, db: DB,
+                                 settings: AppSettings):
     with db.transaction() as conn:
         project = service.get_project(conn, project_id)
         caller.require("iam.service_account.token.create", tenant_id=project["tenant_id"], project_id=project_id)
         sa = service.get_service_account(conn, sa_id, project_id)
         if sa["disabled"]:
             raise not_found("service_account", sa_id)
-        row, token = service.issue_token(conn, "service_account", sa_id, body.name, body.expires_in_days)
+        row, token = service.issue_token(conn, settings, "service_account", sa_id, body.name,
+                                         body.expires_in_days)
         audit.record(conn, caller, "iam.token.create", "token", row["id"],
                      after={"principal_kind": "service_account", "principal_id": sa_id, "name": body.name},
                      context={"tenant_id": project["tenant_id"], "project_id": project_id})

@@ -95,7 +95,10 @@ class RoleBinding(BaseModel):
 
 class TokenCreate(Strict):
     name: ShortText
-    expires_in_days: int = Field(default=30, ge=1, le=365)
+    expires_in_days: int | None = Field(
+        default=None, ge=1, le=3650,
+        description="at most the cap for the principal's kind, and never past the expiry of the token "
+                    "that mints it for itself; default: the service default, clipped to both")
 
 
 class TokenInfo(BaseModel):
@@ -107,6 +110,10 @@ class TokenInfo(BaseModel):
     expires_at: datetime
     revoked_at: datetime | None
     last_used_at: datetime | None
+
+
+class TokensRevoked(BaseModel):
+    revoked: int = Field(description="how many live tokens this call revoked")
 
 
 class TokenIssued(TokenInfo):

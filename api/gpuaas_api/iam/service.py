@@ -8,6 +8,7 @@ from uuid import UUID
 import psycopg
 
 from ..audit import service as audit
+from ..config import Settings
 from ..errors import ApiError, conflict, forbidden, not_found, unprocessable
 from .auth import Principal, new_token
 from .permissions import ROLES
@@ -42,7 +43,9 @@ def get_service_account(conn: psycopg.Connection, sa_id: UUID, project_id: UUID 
 
 
 def create_user(conn: psycopg.Connection, tenant_id: UUID | None, email: str, display_name: str | None) -> dict:
-    if conn.execute("SELECT 1 FROM users WHERE lower(email) = lower(%s)", (email,)).fetchone():
+    # Unique within the tenant only: a platform-wide check would tell a tenant about other tenants' users.
+    if conn.execute("SELECT 1 FROM users WHERE tenant_id IS NOT DISTINCT FROM %s AND lower(email) = lower(%s)",
+                    (tenant_id, email)).fetchone():
         raise conflict("already_exists", f"user {email} already exists")
     return conn.execute(
         "INSERT INTO users (tenant_id, email, display_name) VALUES (%s, %s, %s) RETURNING *",
@@ -50,15 +53,40 @@ def create_user(conn: psycopg.Connection, tenant_id: UUID | None, email: str, di
     ).fetchone()
 
 
-def issue_token(conn: psycopg.Connection, principal_kind: str, principal_id: UUID, name: str,
-                ttl_days: int) -> tuple[dict, str]:
+def issue_token(conn: psycopg.Connection, settings: Settings, principal_kind: str, principal_id: UUID, name: str,
+                days: int | None, *, not_after: datetime | None = None) -> tuple[dict, str]:
+    """A token living `days` (default: the service default). Its expiry is capped by the setting for the
+    principal's kind and by `not_after` (the minting token's own expiry when a token mints for itself):
+    an explicit lifetime past the cap is refused, the default is clipped to it."""
+    now = datetime.now(UTC)
+    max_days = {"user": settings.token_max_days_user,
+                "service_account": settings.token_max_days_service_account}[principal_kind]
+    limit = now + timedelta(days=max_days)
+    if not_after is not None:
+        limit = min(limit, not_after)
+    expires_at = now + timedelta(days=days or settings.default_token_ttl_days)
+    if expires_at > limit:
+        if days is not None:
+            raise unprocessable("token_lifetime_exceeded", f"this token may live until {limit.isoformat()} at most",
+                                max_expires_at=limit.isoformat(), max_days=max_days)
+        expires_at = limit
+    return _insert_token(conn, principal_kind, principal_id, name, expires_at)
+
+
+def _insert_token(conn: psycopg.Connection, principal_kind: str, principal_id: UUID, name: str,
+                  expires_at: datetime) -> tuple[dict, str]:
     token, digest = new_token()
     row = conn.execute(
         """INSERT INTO api_tokens (token_hash, principal_kind, principal_id, name, expires_at)
            VALUES (%s, %s, %s, %s, %s) RETURNING *""",
-        (digest, principal_kind, principal_id, name, datetime.now(UTC) + timedelta(days=ttl_days)),
+        (digest, principal_kind, principal_id, name, expires_at),
     ).fetchone()
     return row, token
+
+
+def revoke_all_tokens(conn: psycopg.Connection, principal_kind: str, principal_id: UUID) -> int:
+    return conn.execute("""UPDATE api_tokens SET revoked_at = now() WHERE principal_kind = %s
+                           AND principal_id = %s AND revoked_at IS NULL""", (principal_kind, principal_id)).rowcount
 
 
 def token_owner_scope(conn: psycopg.Connection, principal_kind: str, principal_id: UUID) -> tuple:
@@ -110,14 +138,19 @@ def create_binding(conn: psycopg.Connection, actor: Principal, principal_kind: s
             raise forbidden(f"cannot grant {role}: caller lacks some of its permissions", missing=missing)
     if definition.principal_kind != principal_kind:
         raise unprocessable("invalid_principal", f"{role} can only be granted to a {definition.principal_kind}")
+    # A disabled (deleted) principal, or one the caller cannot see, is answered as missing.
     if principal_kind == "user":
         user = get_user(conn, principal_id)
+        if user["disabled"] or not actor.sees(user["tenant_id"], None):
+            raise not_found("user", principal_id)
         if scope_kind == "platform" and user["tenant_id"] is not None:
             raise unprocessable("invalid_principal", "platform roles are for users outside any tenant")
         if scope_kind != "platform" and user["tenant_id"] != tenant_id:
             raise unprocessable("invalid_principal", "the user belongs to another tenant")
     else:
         sa = get_service_account(conn, principal_id)
+        if sa["disabled"] or not actor.sees(sa["tenant_id"], sa["project_id"]):
+            raise not_found("service_account", principal_id)
         if sa["project_id"] != project_id:
             raise unprocessable("invalid_principal", "a service account acts only inside its own project")
     existing = conn.execute(
@@ -183,7 +216,8 @@ def bootstrap_platform_admin(conn: psycopg.Connection, email: str, ttl_days: int
            VALUES ('user', %s, 'platform_admin', 'platform')""",
         (user["id"],),
     )
-    token_row, token = issue_token(conn, "user", user["id"], "bootstrap", ttl_days)
+    token_row, token = _insert_token(conn, "user", user["id"], "bootstrap",
+                                     datetime.now(UTC) + timedelta(days=ttl_days))
     actor = Principal(kind="user", id=user["id"], name=email)
     audit.record(conn, actor, "iam.bootstrap", "user", user["id"], after={"email": email, "role": "platform_admin",
                                                                            "token_id": token_row["id"]})

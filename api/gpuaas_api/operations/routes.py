@@ -16,7 +16,9 @@ from starlette.concurrency import run_in_threadpool
 from ..audit import service as audit
 from ..common import Page, decode_cursor
 from ..config import OperationSettings
-from ..deps import DB, Caller, CursorParam, LimitParam, router
+from ..deps import DB, AppSettings, Caller, CursorParam, LimitParam, router
+from ..errors import ApiError
+from ..iam.auth import principal_for_token_id
 from ..instances import service as instances
 from . import rules, service
 from .schemas import (
@@ -192,7 +194,7 @@ KEEPALIVE_SECONDS = 15
 @api.get("/v1/instances/{instance_id}/events/stream", response_class=StreamingResponse,
          responses={200: {"content": {"text/event-stream": {}}, "description":
                           "Server-Sent Events: `id` is the event id, `event` its type, `data` the event JSON"}})
-async def stream_events(instance_id: UUID, request: Request, caller: Caller, db: DB,
+async def stream_events(instance_id: UUID, request: Request, caller: Caller, db: DB, settings: AppSettings,
                         last_event_id: Annotated[str | None, Header(alias="Last-Event-ID",
                                                                     pattern=r"^[0-9]{1,19}$")] = None,
                         after: Annotated[int | None, Query(ge=0, lt=2**63,
@@ -200,13 +202,26 @@ async def stream_events(instance_id: UUID, request: Request, caller: Caller, db:
                         max_seconds: Annotated[int, Query(ge=1, le=3600, description="end the stream after this long; "
                                                           "clients reconnect with Last-Event-ID")] = 600):
     """The instance's timeline as it grows. Resumes after `Last-Event-ID` (or `after`); ends when the
-    client disconnects or after max_seconds."""
-    def authorize():
+    client disconnects, after max_seconds, or (with a last `end` event) when a re-check finds the token
+    revoked or expired or the permission gone."""
+    def authorize(principal) -> None:
         with db.transaction() as conn:
             instance = instances.get_instance(conn, instance_id, include_deleted=True)
-            caller.require("apps.instance.read", tenant_id=instance["tenant_id"], project_id=instance["project_id"])
+            principal.require("apps.instance.read", tenant_id=instance["tenant_id"],
+                              project_id=instance["project_id"])
 
-    await run_in_threadpool(authorize)
+    def still_authorized() -> bool:
+        with db.transaction() as conn:
+            principal = principal_for_token_id(conn, caller.token_id)
+        if principal is None:  # revoked, expired, or its principal disabled
+            return False
+        try:
+            authorize(principal)
+        except ApiError:
+            return False
+        return True
+
+    await run_in_threadpool(authorize, caller)
     start = int(last_event_id) if last_event_id else (after or 0)
 
     def fetch(since: int) -> list[dict]:
@@ -215,8 +230,14 @@ async def stream_events(instance_id: UUID, request: Request, caller: Caller, db:
 
     async def events():
         since, deadline, quiet_since = start, time.monotonic() + max_seconds, time.monotonic()
+        recheck_at = time.monotonic() + settings.stream_recheck_seconds
         yield "retry: 2000\n\n"
         while time.monotonic() < deadline and not await request.is_disconnected():
+            if time.monotonic() >= recheck_at:
+                if not await run_in_threadpool(still_authorized):
+                    yield 'event: end\ndata: {"reason": "unauthorized"}\n\n'
+                    return
+                recheck_at = time.monotonic() + settings.stream_recheck_seconds
             rows = await run_in_threadpool(fetch, since)
             for row in rows:
                 since = row["id"]
