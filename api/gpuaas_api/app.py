@@ -101,7 +101,7 @@ def create_app(database: dbmod.Database | None = None, settings: Settings | None
             cfg = app.state.settings
             url = dbmod.resolve_database_url(cfg)
             dbmod.upgrade(url)
-            owned = dbmod.Database(url, min_size=cfg.pool_min, max_size=cfg.pool_max)
+            owned = dbmod.Database(url, min_size=cfg.pool_min, max_size=cfg.pool_max, timeout=cfg.pool_timeout)
             owned.open()
             app.state.db = owned
         try:

@@ -29,6 +29,12 @@ class Settings:
     )
     pool_min: int = field(default_factory=lambda: int(os.environ.get("GPUAAS_POOL_MIN", "2")))
     pool_max: int = field(default_factory=lambda: int(os.environ.get("GPUAAS_POOL_MAX", "10")))
+    # Seconds a request waits for a connection before it gets 503 database_unavailable.
+    pool_timeout: float = field(default_factory=lambda: float(os.environ.get("GPUAAS_POOL_TIMEOUT", "5")))
+    # Per-project quota on instances that are not deleted (0: none).
+    max_instances_per_project: int = field(
+        default_factory=lambda: int(os.environ.get("GPUAAS_MAX_INSTANCES_PER_PROJECT", "100"))
+    )
     default_token_ttl_days: int = field(
         default_factory=lambda: int(os.environ.get("GPUAAS_TOKEN_TTL_DAYS", "30"))
     )
@@ -86,4 +92,7 @@ class OperationSettings:
     lease_seconds: float = field(default_factory=lambda: float(os.environ.get("GPUAAS_LEASE_SECONDS", "30")))
     max_attempts: int = field(default_factory=lambda: int(os.environ.get("GPUAAS_MAX_ATTEMPTS", "3")))
     poll_seconds: float = field(default_factory=lambda: float(os.environ.get("GPUAAS_WORKER_POLL_SECONDS", "1")))
+    # Per-project quota on queued + running operations (0: none); more is refused with 429.
+    max_open_operations_per_project: int = field(
+        default_factory=lambda: int(os.environ.get("GPUAAS_MAX_OPEN_OPERATIONS_PER_PROJECT", "50")))
     timeouts: dict[str, int] = field(default_factory=_timeouts)

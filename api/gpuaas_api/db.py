@@ -104,7 +104,12 @@ def resolve_database_url(settings: Settings) -> str:
 
 
 class Database:
-    def __init__(self, conninfo: str, *, min_size: int = 2, max_size: int = 10):
+    """A connection pool that outlives database restarts: every checkout is checked, and `timeout`
+    bounds both a caller's wait for a connection (then psycopg_pool.PoolTimeout, an OperationalError:
+    503 in the API, a retry in workers) and the pool's background reconnect attempts, so that once
+    the server is back the next request opens a fresh connection instead of waiting out a backoff."""
+
+    def __init__(self, conninfo: str, *, min_size: int = 2, max_size: int = 10, timeout: float = 5.0):
         self.conninfo = conninfo
         self.pool = ConnectionPool(
             conninfo,
@@ -113,7 +118,20 @@ class Database:
             kwargs={"row_factory": dict_row},
             open=False,
             name="gpuaas",
+            check=self._check,
+            timeout=timeout,
+            reconnect_timeout=timeout,
         )
+
+    def _check(self, conn: psycopg.Connection) -> None:
+        try:
+            ConnectionPool.check_connection(conn)
+        except psycopg.Error:
+            # One broken connection means the server went away: its idle siblings are broken too.
+            # Replace them all now, not one per request (each failed check costs the caller a backoff).
+            log.warning("database connection lost; replacing the pool's idle connections")
+            self.pool.check()
+            raise
 
     def open(self) -> None:
         self.pool.open(wait=True, timeout=30)
@@ -122,7 +140,8 @@ class Database:
         self.pool.close()
 
     @contextmanager
-    def transaction(self) -> Iterator[psycopg.Connection]:
-        """One transaction: committed when the block ends normally, rolled back on exception."""
-        with self.pool.connection() as conn:
+    def transaction(self, timeout: float | None = None) -> Iterator[psycopg.Connection]:
+        """One transaction: committed when the block ends normally, rolled back on exception.
+        `timeout` overrides the pool's wait for a connection."""
+        with self.pool.connection(timeout=timeout) as conn:
             yield conn

@@ -3,6 +3,7 @@ including validation errors, unknown routes and wrong methods."""
 
 from __future__ import annotations
 
+import logging
 from typing import Any
 from uuid import UUID
 
@@ -14,6 +15,8 @@ from pydantic import BaseModel, Field
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
 from . import correlation
+
+log = logging.getLogger(__name__)
 
 
 class ErrorBody(BaseModel):
@@ -128,6 +131,14 @@ def install(app: FastAPI) -> None:
         problems = [{"loc": [str(p) for p in e.get("loc", ())], "msg": str(e.get("msg", "")),
                      "type": str(e.get("type", ""))} for e in exc.errors()]
         return envelope(422, "validation_error", "request validation failed", {"errors": problems})
+
+    @app.exception_handler(psycopg.OperationalError)
+    async def _database_unavailable(_: Request, exc: psycopg.OperationalError):
+        # The server is down, restarting or out of connections (psycopg_pool.PoolTimeout included):
+        # the request may succeed if retried, and the cause (host names, paths) stays in the logs.
+        log.warning("database unavailable: %s", type(exc).__name__)
+        return envelope(503, "database_unavailable", "the database is unavailable; retry shortly", {},
+                        {"Retry-After": "5"})
 
     for exc_type, status, code, message in _DB_ERRORS:
         def handler(_: Request, exc: Exception, status=status, code=code, message=message):

@@ -13,6 +13,8 @@ import socket
 import threading
 import time
 import uuid
+from collections.abc import Callable
+from typing import TypeVar
 
 import psycopg
 
@@ -28,6 +30,7 @@ from . import plan as planner
 from . import runner
 
 log = logging.getLogger(__name__)
+T = TypeVar("T")
 
 
 class Worker:
@@ -60,25 +63,24 @@ class Worker:
         while not self.stop.is_set():
             try:
                 worked = self.run_once(slot)
-            except psycopg.OperationalError:
-                log.exception("database unavailable; retrying")
+            except psycopg.OperationalError as exc:
+                log.warning("database unavailable (%s); retrying", type(exc).__name__)
+                worked = False
+            except Exception:  # noqa: BLE001 - nothing one operation does may end the loop
+                log.exception("worker loop error; going on")
                 worked = False
             if not worked:
                 self.stop.wait(self.settings.poll_seconds)
 
     def run_once(self, slot: str | None = None) -> bool:
-        """Recover expired leases, then claim and run one operation. False when the queue was empty."""
+        """Recover expired leases, then claim and run one operation. False when the queue was empty.
+        The claim commits on its own: whatever happens to the operation after it is recorded on it."""
         slot = slot or f"{self.name}/0"
         with self.db.transaction() as conn:
             for op in ops.recover_expired(conn):
                 log.warning("operation %s: worker lease expired -> %s", op["id"], op["status"])
         with self.db.transaction() as conn:
             op = ops.claim(conn, slot, self.settings.lease_seconds)
-            if op is not None:
-                instance = instances.get_instance(conn, op["instance_id"], include_deleted=True)
-                audit.append_event(conn, instance, "operation.started",
-                                   {"operation_id": str(op["id"]), "kind": op["kind"], "attempt": op["attempt"],
-                                    "worker": slot}, correlation_id=op["correlation_id"])
         if op is None:
             return False
         token = correlation.use(op["correlation_id"])
@@ -86,7 +88,8 @@ class Worker:
             self._execute(op, slot)
         except Exception as exc:  # noqa: BLE001 - a bug must fail the operation, not kill the worker
             log.exception("operation %s: unexpected error", op["id"])
-            self._finish(op, slot, "failed", {"code": "internal_error", "message": type(exc).__name__})
+            self._finish(op, slot, "failed", {"code": "internal_error",
+                                              "message": f"the worker failed running it ({type(exc).__name__})"})
         finally:
             correlation._current.reset(token)
         return True
@@ -94,63 +97,119 @@ class Worker:
     # One operation ------------------------------------------------------------------------------
 
     def _execute(self, op: dict, slot: str) -> None:
-        with self.db.transaction() as conn:
-            instance = instances.get_instance(conn, op["instance_id"], include_deleted=True)
-            try:
-                rules.check_instance(op["kind"], instance, accepting=False)
-                truth.on_start(conn, op)
-                plan = planner.build(conn, self.settings, op, instance)
-            except ApiError as exc:
-                conn.rollback()
-                self._finish(op, slot, "failed", {"code": exc.code, "message": exc.message, "details": exc.details})
-                return
-        sink = _EventSink(self.db, instance, op["correlation_id"])
+        if op["attempt"] > 1:
+            # An earlier attempt's worker may have died here and left its run going: two runs of one
+            # operation must never act on the same hosts at once.
+            killed = runner.kill_leftovers(str(op["id"]))
+            if killed:
+                log.warning("operation %s: ended %d processes left by an earlier attempt", op["id"], killed)
+        instance, plan, refusal = retrying(self.db, f"operation {op['id']}: start",
+                                           lambda conn: self._prepare(conn, op, slot), self.stop)
+        if refusal is not None:
+            self._finish(op, slot, "failed", {"code": refusal.code, "message": refusal.message,
+                                              "details": refusal.details})
+            return
+        sink = _EventSink(self.db, instance, op["correlation_id"], self.stop)
         watch = _Heartbeat(self.db, op, slot, self.settings)
         watch.start()
         try:
             result = runner.run(self.settings, op, plan, on_event=sink.append, should_stop=watch.stop_reason)
-        finally:
-            watch.done.set()
             sink.close()
-        if result.status == "lost":
-            log.warning("operation %s: lease lost to another worker; outcome left to it", op["id"])
-            return
+            if result.status == "lost":
+                log.warning("operation %s: lease lost to another worker; outcome left to it", op["id"])
+                return
+            self._finish(op, slot, *self._outcome(op, plan, result))
+        finally:
+            watch.done.set()  # only now: the lease covers recording the outcome too
+
+    def _prepare(self, conn: psycopg.Connection, op: dict, slot: str):
+        """The started event, then the checks, status moves and plan; a refusal (ApiError) undoes the
+        moves and is returned for the caller to record."""
+        instance = instances.get_instance(conn, op["instance_id"], include_deleted=True)
+        audit.append_event(conn, instance, "operation.started", {"operation_id": str(op["id"]), "kind": op["kind"],
+                           "attempt": op["attempt"], "worker": slot}, correlation_id=op["correlation_id"])
+        try:
+            with conn.transaction():
+                rules.check_instance(op["kind"], instance, accepting=False)
+                truth.on_start(conn, op)
+                return instance, planner.build(conn, self.settings, op, instance), None
+        except ApiError as exc:
+            return instance, None, exc
+
+    def _outcome(self, op: dict, plan: planner.RunPlan, result) -> tuple:
+        """(status, error, outcome, tarball) of a finished run."""
         outcome: dict = {"rc": result.rc, "stats": result.stats}
         if result.status == "successful":
             if op["kind"] == "refresh":
                 outcome["observed"] = observe(plan, result.module_results)
-            self._finish(op, slot, "succeeded", None, outcome, result.tarball)
-        elif result.status == "canceled":
-            self._finish(op, slot, "canceled", {"code": "canceled", "message": "canceled while running; the run "
-                                                "was stopped, hosts may be partly changed"}, outcome, result.tarball)
-        elif result.status == "timeout":
-            self._finish(op, slot, "failed", {"code": "timeout", "message": f"no result within {op['timeout_s']} s; "
-                                              "the run was stopped"}, outcome, result.tarball)
-        else:
-            failure = result.failure or {}
-            message = (f"task {failure.get('task')!r} failed on {failure.get('host')}: {failure.get('message')}"
-                       if failure else f"the run ended with {result.status} (rc={result.rc})")
-            self._finish(op, slot, "failed", {"code": "run_failed", "message": message, "details": failure},
-                         outcome, result.tarball)
+            return "succeeded", None, outcome, result.tarball
+        if result.status == "canceled":
+            return "canceled", {"code": "canceled", "message": "canceled while running; the run was stopped, "
+                                "hosts may be partly changed"}, outcome, result.tarball
+        if result.status == "timeout":
+            return "failed", {"code": "timeout", "message": f"no result within {op['timeout_s']} s; the run was "
+                              "stopped"}, outcome, result.tarball
+        failure = result.failure or {}
+        message = (f"task {failure.get('task')!r} failed on {failure.get('host')}: {failure.get('message')}"
+                   if failure else f"the run ended with {result.status} (rc={result.rc})")
+        return "failed", {"code": "run_failed", "message": message, "details": failure}, outcome, result.tarball
 
     def _finish(self, op: dict, slot: str, status: str, error: dict | None, outcome: dict | None = None,
                 tarball: bytes = b"") -> None:
-        with self.db.transaction() as conn:
-            final = ops.finish(conn, op["id"], slot, status, error=error, result=outcome)
-            if final is None:
-                log.warning("operation %s: lease lost before completion; outcome left to its new owner", op["id"])
-                return
-            if tarball:
-                ops.store_artifacts(conn, op["id"], op["attempt"], tarball)
-            instance = instances.get_instance(conn, op["instance_id"], include_deleted=True)
-            payload = {"operation_id": str(op["id"]), "kind": op["kind"], "attempt": op["attempt"]}
-            if error:
-                payload |= {"code": error["code"], "reason": error["message"]}
-            audit.append_event(conn, instance, f"operation.{status}", payload, correlation_id=op["correlation_id"])
-            if status == "succeeded":
-                truth.on_success(conn, final, outcome or {})
-            else:
-                truth.on_failure(conn, final, error["message"] if error else status)
+        """Record the outcome, waiting out a database outage. If recording it raises (a bug, an
+        instance deleted under the run), the failure is recorded on the operation alone."""
+        what = f"operation {op['id']}: recording {status}"
+        try:
+            retrying(self.db, what, lambda conn: self._record(conn, op, slot, status, error, outcome, tarball),
+                     self.stop)
+            return
+        except psycopg.OperationalError:
+            log.warning("%s: the worker stopped first; the lease will expire and the operation run again", what)
+            return
+        except Exception as exc:  # noqa: BLE001 - the queue must move on whatever one operation does
+            log.exception("%s failed", what)
+            error = {"code": "internal_error", "message": f"recording the outcome failed ({type(exc).__name__})"}
+        try:
+            retrying(self.db, what, lambda conn: ops.finish(conn, op["id"], slot, "failed", error=error,
+                                                             result=outcome), self.stop)
+        except psycopg.OperationalError:
+            log.warning("%s: the worker stopped first; the lease will expire", what)
+
+    def _record(self, conn: psycopg.Connection, op: dict, slot: str, status: str, error: dict | None,
+                outcome: dict | None, tarball: bytes) -> None:
+        final = ops.finish(conn, op["id"], slot, status, error=error, result=outcome)
+        if final is None:
+            log.warning("operation %s: lease lost before completion; outcome left to its new owner", op["id"])
+            return
+        if tarball:
+            ops.store_artifacts(conn, op["id"], op["attempt"], tarball)
+        instance = instances.get_instance(conn, op["instance_id"], include_deleted=True)
+        payload = {"operation_id": str(op["id"]), "kind": op["kind"], "attempt": op["attempt"]}
+        if error:
+            payload |= {"code": error["code"], "reason": error["message"]}
+        audit.append_event(conn, instance, f"operation.{status}", payload, correlation_id=op["correlation_id"])
+        if status == "succeeded":
+            truth.on_success(conn, final, outcome or {})
+        else:
+            truth.on_failure(conn, final, error["message"] if error else status)
+
+
+def retrying(db: Database, what: str, work: Callable[[psycopg.Connection], T],
+             stop: threading.Event | None = None) -> T:
+    """work(conn) in one transaction, run again while the database is unreachable (a restart must not
+    fail a run) until it commits; re-raises once `stop` is set. Only for work that is safe to
+    repeat: a rolled-back attempt left nothing behind."""
+    delay = 0.2
+    while True:
+        try:
+            with db.transaction() as conn:
+                return work(conn)
+        except psycopg.OperationalError as exc:
+            if stop is not None and stop.is_set():
+                raise
+            log.warning("%s: database unavailable (%s); retrying in %.1f s", what, type(exc).__name__, delay)
+            time.sleep(delay)
+            delay = min(delay * 2, 2.0)
 
 
 def observe(plan: planner.RunPlan, module_results: dict[str, dict]) -> dict[str, str | None]:
@@ -168,23 +227,38 @@ def observe(plan: planner.RunPlan, module_results: dict[str, dict]) -> dict[str,
 
 
 class _EventSink:
-    """Appends run summaries to the timeline on one connection of its own, committed per event so the
-    live stream shows progress while the run goes on."""
+    """Appends run summaries to the timeline as they come, each committed at once so the live stream
+    shows progress. While the database is unreachable they wait in memory (a run is never failed for
+    its timeline) and are written, in order, when it answers again, at the latest on close."""
 
-    def __init__(self, db: Database, instance: dict, cid: str):
-        self.instance, self.cid = instance, cid
-        self._ctx = db.pool.connection()
-        self.conn = self._ctx.__enter__()
-        self.conn.autocommit = True
-        self.count = 0
+    RETRY_SECONDS = 1.0
+
+    def __init__(self, db: Database, instance: dict, cid: str, stop: threading.Event | None = None):
+        self.db, self.instance, self.cid, self.stop = db, instance, cid, stop
+        self.pending: list[tuple[str, dict]] = []
+        self.retry_at = 0.0
 
     def append(self, name: str, payload: dict) -> None:
-        audit.append_event(self.conn, self.instance, name, payload, correlation_id=self.cid)
-        self.count += 1
+        self.pending.append((name, payload))
+        if time.monotonic() < self.retry_at:
+            return
+        try:
+            with self.db.transaction(timeout=self.RETRY_SECONDS) as conn:
+                self._write(conn)
+        except psycopg.OperationalError as exc:
+            log.warning("timeline: database unavailable (%s); %d events wait", type(exc).__name__,
+                        len(self.pending))
+            self.retry_at = time.monotonic() + self.RETRY_SECONDS
 
     def close(self) -> None:
-        self.conn.autocommit = False
-        self._ctx.__exit__(None, None, None)
+        if self.pending:
+            retrying(self.db, "timeline", self._write, self.stop)
+
+    def _write(self, conn: psycopg.Connection) -> None:
+        for name, payload in self.pending:
+            audit.append_event(conn, self.instance, name, payload, correlation_id=self.cid)
+        conn.commit()
+        self.pending.clear()
 
 
 class _Heartbeat(threading.Thread):
@@ -209,8 +283,13 @@ class _Heartbeat(threading.Thread):
             try:
                 with self.db.transaction() as conn:
                     beat = ops.heartbeat(conn, self.op["id"], self.slot, self.settings.lease_seconds)
-            except psycopg.Error:
-                log.exception("heartbeat failed for operation %s", self.op["id"])
+            except psycopg.OperationalError as exc:
+                # The run goes on: the lease does not lapse while the database is away (recover_expired).
+                log.warning("heartbeat for operation %s: database unavailable (%s)", self.op["id"],
+                            type(exc).__name__)
+                continue
+            except Exception:  # noqa: BLE001 - a dead heartbeat thread would give the run away
+                log.exception("heartbeat for operation %s failed", self.op["id"])
                 continue
             if beat is None:
                 self.reason = self.reason or "lost"

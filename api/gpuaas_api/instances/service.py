@@ -11,12 +11,14 @@ from uuid import UUID
 import psycopg
 from psycopg.types.json import Jsonb
 
+from .. import quotas
 from ..allocations import service as allocations_service
 from ..allocations.service import get_allocations
 from ..audit import service as audit
 from ..catalog import parameters
 from ..catalog.service import get_app, get_version, get_version_by_id, latest_active_version
 from ..common import page_of
+from ..config import Settings
 from ..errors import ApiError, conflict, not_found, unprocessable
 from ..iam.auth import SYSTEM, Principal
 from ..policy import rules as policy_rules
@@ -164,6 +166,7 @@ def create_instance(conn: psycopg.Connection, actor: Principal, project: dict, b
     version = get_version(conn, app["slug"], body.version) if body.version else latest_active_version(conn, app["slug"])
     check_version_usable(version)
     parameters.validate_for_version(version, body.parameters)
+    quotas.enforce(conn, project["id"], "instances", Settings().max_instances_per_project)
 
     ids = list(dict.fromkeys(body.allocation_ids))
     found = get_allocations(conn, ids)
@@ -359,6 +362,13 @@ def delete_instance(conn: psycopg.Connection, actor: Principal, instance_id: UUI
     """Delete the record of an instance with nothing running: never started (created) or torn down
     (stopped). Anything else needs a decommission first, so no runtime is orphaned."""
     instance = get_instance(conn, instance_id, lock=True)
+    # The instance lock also serializes accepting operations, so none can be queued after this check.
+    open_op = conn.execute("""SELECT id, kind, status FROM operations WHERE instance_id = %s
+                                 AND status IN ('queued', 'running') ORDER BY seq LIMIT 1""", (instance_id,)).fetchone()
+    if open_op:
+        raise conflict("operation_open", f"a {open_op['kind']} operation is {open_op['status']} on this instance; "
+                       "cancel it (or let it finish) first", operation_id=str(open_op["id"]), kind=open_op["kind"],
+                       status=open_op["status"])
     if instance["status"] not in rules.DELETABLE_STATUSES:
         raise conflict("instance_not_deletable",
                        f"instance is {instance['status']}; decommission it first (only created or stopped "

@@ -11,7 +11,7 @@ from uuid import UUID
 import psycopg
 from psycopg.types.json import Jsonb
 
-from .. import correlation
+from .. import correlation, quotas
 from ..audit import service as audit
 from ..catalog import parameters
 from ..catalog.service import get_version_by_id
@@ -81,6 +81,7 @@ def accept(conn: psycopg.Connection, settings: OperationSettings, actor: Princip
 
 def _queue(conn, settings: OperationSettings, actor: Principal, instance: dict, kind: str, request: dict,
            member_id: UUID | None, idempotency_key: str | None) -> dict:
+    quotas.enforce(conn, instance["project_id"], "open_operations", settings.max_open_operations_per_project)
     open_ops = conn.execute("""SELECT id, kind, status, member_ids FROM operations
                                 WHERE instance_id = %s AND status IN ('queued', 'running') ORDER BY seq""",
                             (instance["id"],)).fetchall()
@@ -185,24 +186,38 @@ def _set_final(conn, operation_id: UUID, status: str, error: dict | None, result
 # The queue ------------------------------------------------------------------------------------------
 
 def claim(conn: psycopg.Connection, worker_id: str, lease_seconds: float) -> dict | None:
-    """Take the oldest queued operation that heads its instance's queue (nothing older is queued or
-    running on that instance), skipping rows another worker is claiming right now."""
+    """Take one queued operation that heads its instance's queue (nothing older is queued or running
+    on that instance), fairly across tenants: the tenant with the fewest running operations first,
+    then the one whose last claim is oldest, then the oldest operation. So a burst from one tenant
+    delays another tenant's operation by at most one pickup. Rows another worker is claiming right
+    now are skipped; the status test on the locked row keeps two workers from taking one operation."""
     return conn.execute(
-        """WITH next AS (
-               SELECT o.id FROM operations o
+        """WITH heads AS (
+               SELECT o.id, o.tenant_id, o.seq FROM operations o
                 WHERE o.status = 'queued'
                   AND NOT EXISTS (SELECT 1 FROM operations p WHERE p.instance_id = o.instance_id
-                                     AND p.status IN ('queued', 'running') AND p.seq < o.seq)
-                ORDER BY o.seq LIMIT 1 FOR UPDATE OF o SKIP LOCKED)
+                                     AND p.status IN ('queued', 'running') AND p.seq < o.seq)),
+           tenants AS (
+               SELECT t.tenant_id,
+                      (SELECT count(*) FROM operations r WHERE r.tenant_id = t.tenant_id AND r.status = 'running')
+                          AS running,
+                      (SELECT max(c.claimed_at) FROM operations c WHERE c.tenant_id = t.tenant_id) AS served
+                 FROM (SELECT DISTINCT tenant_id FROM heads) t),
+           next AS (
+               SELECT o.id FROM operations o JOIN heads h ON h.id = o.id JOIN tenants t ON t.tenant_id = h.tenant_id
+                WHERE o.status = 'queued'
+                ORDER BY t.running, t.served NULLS FIRST, h.seq LIMIT 1 FOR UPDATE OF o SKIP LOCKED)
            UPDATE operations o SET status = 'running', attempt = o.attempt + 1, lease_owner = %(w)s,
                   lease_expires_at = now() + make_interval(secs => %(lease)s), heartbeat_at = now(),
-                  started_at = coalesce(o.started_at, now()), updated_at = now()
+                  claimed_at = now(), started_at = coalesce(o.started_at, now()), updated_at = now()
              FROM next WHERE o.id = next.id RETURNING o.*""",
         {"w": worker_id, "lease": lease_seconds}).fetchone()
 
 
 def heartbeat(conn: psycopg.Connection, operation_id: UUID, worker_id: str, lease_seconds: float) -> dict | None:
-    """Extend the lease; returns {cancel_requested}, or None when this worker no longer holds it."""
+    """Extend the lease; returns {cancel_requested}, or None when this worker no longer holds it. A
+    lease that lapsed while the database was unreachable is still held as long as nobody recovered
+    the operation (see recover_expired)."""
     return conn.execute(
         """UPDATE operations SET lease_expires_at = now() + make_interval(secs => %s), heartbeat_at = now()
             WHERE id = %s AND lease_owner = %s AND status = 'running' RETURNING cancel_requested""",
@@ -211,7 +226,8 @@ def heartbeat(conn: psycopg.Connection, operation_id: UUID, worker_id: str, leas
 
 def finish(conn: psycopg.Connection, operation_id: UUID, worker_id: str, status: str, *,
            error: dict | None = None, result: dict | None = None) -> dict | None:
-    """Record the outcome, fenced on the lease: None when another worker recovered the operation."""
+    """Record the outcome, fenced on the lease owner (not its expiry: a worker that could not reach the
+    database keeps its run and records it later): None when another worker recovered the operation."""
     held = conn.execute("""SELECT 1 FROM operations WHERE id = %s AND lease_owner = %s AND status = 'running'
                            FOR UPDATE""", (operation_id, worker_id)).fetchone()
     if held is None:
@@ -222,35 +238,54 @@ def finish(conn: psycopg.Connection, operation_id: UUID, worker_id: str, status:
 def recover_expired(conn: psycopg.Connection) -> list[dict]:
     """Operations whose worker stopped heartbeating. Playbooks are idempotent, so the run is queued
     again (attempt+1 on its next claim) until max_attempts; then it fails with the reason and the
-    instance and members are set to what is known (failed). A pending cancel wins."""
+    instance and members are set to what is known (failed). A pending cancel wins.
+
+    A lease counts as expired only once the database has been up for a whole lease (its length is
+    lease_expires_at - heartbeat_at) since the server last started: while it was down or restarting
+    no worker could heartbeat, and a run that outlived the outage is not lost. An operation whose
+    recovery raises (a bug, an instance deleted under it) is failed alone; the others go on."""
     out = []
-    expired = conn.execute("""SELECT * FROM operations WHERE status = 'running' AND lease_expires_at < now()
-                               ORDER BY seq FOR UPDATE SKIP LOCKED""").fetchall()
+    expired = conn.execute(
+        """SELECT * FROM operations WHERE status = 'running' AND lease_expires_at < now()
+              AND greatest(lease_expires_at, pg_postmaster_start_time() + (lease_expires_at - heartbeat_at)) < now()
+            ORDER BY seq FOR UPDATE SKIP LOCKED""").fetchall()
     for op in expired:
-        instance = instances.get_instance(conn, op["instance_id"], include_deleted=True)
-        lost = {"operation_id": str(op["id"]), "kind": op["kind"], "attempt": op["attempt"],
-                "worker": op["lease_owner"], "lease_expired_at": op["lease_expires_at"].isoformat()}
-        if op["cancel_requested"]:
-            final = _set_final(conn, op["id"], "canceled", {"code": "canceled",
-                               "message": "canceled; its worker stopped before confirming"})
-            audit.append_event(conn, instance, "operation.canceled", lost, correlation_id=op["correlation_id"])
-            truth.on_failure(conn, final, "operation canceled while running")
-        elif op["attempt"] < op["max_attempts"]:
-            final = conn.execute("""UPDATE operations SET status = 'queued', lease_owner = NULL,
-                                       lease_expires_at = NULL, updated_at = now() WHERE id = %s RETURNING *""",
-                                 (op["id"],)).fetchone()
-            audit.append_event(conn, instance, "operation.requeued",
-                               lost | {"reason": "worker lease expired; the playbook is idempotent, running it again"},
-                               correlation_id=op["correlation_id"])
-        else:
-            message = f"worker lease expired on attempt {op['attempt']} of {op['max_attempts']}; giving up"
-            final = _set_final(conn, op["id"], "failed", {"code": "lease_expired", "message": message,
-                                                          "details": {"worker": op["lease_owner"]}})
-            audit.append_event(conn, instance, "operation.failed", lost | {"code": "lease_expired", "reason": message},
-                               correlation_id=op["correlation_id"])
-            truth.on_failure(conn, final, message)
-        out.append(final)
+        try:
+            with conn.transaction():  # a savepoint: a failed recovery leaves no half-moved statuses
+                out.append(_recover(conn, op))
+        except psycopg.OperationalError:
+            raise
+        except Exception as exc:  # noqa: BLE001 - one operation must not block the queue for every tenant
+            log.exception("operation %s: recovery failed; failing it", op["id"])
+            out.append(_set_final(conn, op["id"], "failed", {
+                "code": "internal_error", "message": f"recovering the operation failed ({type(exc).__name__})"}))
     return out
+
+
+def _recover(conn, op: dict) -> dict:
+    instance = instances.get_instance(conn, op["instance_id"], include_deleted=True)
+    lost = {"operation_id": str(op["id"]), "kind": op["kind"], "attempt": op["attempt"],
+            "worker": op["lease_owner"], "lease_expired_at": op["lease_expires_at"].isoformat()}
+    if op["cancel_requested"]:
+        final = _set_final(conn, op["id"], "canceled", {"code": "canceled",
+                           "message": "canceled; its worker stopped before confirming"})
+        audit.append_event(conn, instance, "operation.canceled", lost, correlation_id=op["correlation_id"])
+        truth.on_failure(conn, final, "operation canceled while running")
+    elif op["attempt"] < op["max_attempts"]:
+        final = conn.execute("""UPDATE operations SET status = 'queued', lease_owner = NULL,
+                                   lease_expires_at = NULL, updated_at = now() WHERE id = %s RETURNING *""",
+                             (op["id"],)).fetchone()
+        audit.append_event(conn, instance, "operation.requeued",
+                           lost | {"reason": "worker lease expired; the playbook is idempotent, running it again"},
+                           correlation_id=op["correlation_id"])
+    else:
+        message = f"worker lease expired on attempt {op['attempt']} of {op['max_attempts']}; giving up"
+        final = _set_final(conn, op["id"], "failed", {"code": "lease_expired", "message": message,
+                                                      "details": {"worker": op["lease_owner"]}})
+        audit.append_event(conn, instance, "operation.failed", lost | {"code": "lease_expired", "reason": message},
+                           correlation_id=op["correlation_id"])
+        truth.on_failure(conn, final, message)
+    return final
 
 
 def store_artifacts(conn: psycopg.Connection, operation_id: UUID, attempt: int, tarball: bytes) -> None:
