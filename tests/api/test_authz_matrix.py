@@ -16,7 +16,7 @@ import pytest
 from gpuaas_api import db as dbmod
 from gpuaas_api.app import create_app
 
-from .world import ACTORS, DIGEST, SLURM_ADAPTER, SLURM_COMPAT, World, create_instance
+from .world import ACTORS, DIGEST, SLURM_ADAPTER, SLURM_COMPAT, World, create_instance, register_allocation
 
 AUTHENTICATED = set(ACTORS) - {"anonymous"}
 EVERYONE = set(ACTORS)
@@ -76,8 +76,14 @@ class Ctx:
     def active_artifact(self) -> str:
         return str(self.sql("SELECT id FROM artifacts WHERE status = 'active' LIMIT 1")["id"])
 
+    def fresh_allocation(self) -> str:
+        """Capacity of its own for each instance a case creates (a host serves one instance)."""
+        name = uniq("alloc")
+        self.ids[name] = register_allocation(self.w, "project_a1", name)["id"]
+        return name
+
     def fresh_instance(self) -> str:
-        return create_instance(self.w, PADM, "project_a1", uniq("inst"), "alloc_a1", workers=1)["id"]
+        return create_instance(self.w, PADM, "project_a1", uniq("inst"), self.fresh_allocation(), workers=1)["id"]
 
     def fresh_user_token(self) -> str:
         return self.w.call(PA, "POST", f"/v1/users/{self.ids['user_project_member']}/tokens", 201,
@@ -271,7 +277,7 @@ CASES: list[Case] = [
     # instances
     c("POST", "/v1/projects/{project_id}/instances", {TA, PADM, SA}, lambda x, a: (
         "POST", f"/v1/projects/{x.ids['project_a1']}/instances", {"json": {
-            "name": uniq("i"), "app_slug": "slurm", "allocation_ids": [x.ids["alloc_a1"]]}})),
+            "name": uniq("i"), "app_slug": "slurm", "allocation_ids": [x.ids[x.fresh_allocation()]]}})),
     c("GET", "/v1/projects/{project_id}/instances", PROJECT_READERS,
       lambda x, a: ("GET", f"/v1/projects/{x.ids['project_a1']}/instances", {})),
     c("GET", "/v1/instances/{instance_id}", PROJECT_READERS,
@@ -302,7 +308,7 @@ CASES: list[Case] = [
       lambda x, a: ("POST", f"/v1/instances/{x.running_instance()[0]}/refresh", {})),
     c("POST", "/v1/instances/{instance_id}/members", {TA, PADM, SA}, lambda x, a: (
         "POST", f"/v1/instances/{x.running_instance()[0]}/members",
-        {"json": {"role": "worker", "allocation_id": x.ids["alloc_a1"]}})),
+        {"json": {"role": "worker", "allocation_id": x.ids[x.fresh_allocation()]}})),
     c("POST", "/v1/instances/{instance_id}/members/{member_id}/drain", {TA, PADM, SA},
       lambda x, a: ("POST", x.member_op("drain"), {})),
     c("POST", "/v1/instances/{instance_id}/members/{member_id}/resume", {TA, PADM, SA},
@@ -310,7 +316,7 @@ CASES: list[Case] = [
     c("POST", "/v1/instances/{instance_id}/members/{member_id}/remove", {TA, PADM, SA},
       lambda x, a: ("POST", x.member_op("remove"), {})),
     c("POST", "/v1/instances/{instance_id}/members/{member_id}/replace", {TA, PADM, SA},
-      lambda x, a: ("POST", x.member_op("replace"), {"json": {"allocation_id": x.ids["alloc_a1"]}})),
+      lambda x, a: ("POST", x.member_op("replace"), {"json": {"allocation_id": x.ids[x.fresh_allocation()]}})),
     c("GET", "/v1/operations/{operation_id}", PROJECT_READERS,
       lambda x, a: ("GET", f"/v1/operations/{x.queued_operation()}", {})),
     c("POST", "/v1/operations/{operation_id}/cancel", {TA, PADM, SA},

@@ -47,7 +47,8 @@ def test_instance_is_created_with_effective_runtime_topology_and_members(world):
 
 
 def test_operating_mode_hints_are_decided_by_server_policy(world):
-    inst = create_instance(world, "project_admin", "project_a1", "managed", "alloc_a1",
+    world.ids["alloc_hints"] = register_allocation(world, "project_a1", "alloc-hints", hosts=5)["id"]
+    inst = create_instance(world, "project_admin", "project_a1", "managed", "alloc_hints",
                            operating_mode="platform_managed", control_plane_scope="tenant")
     assert (inst["operating_mode"], inst["control_plane_scope"], inst["tenant_boundary_mode"]) == (
         "platform_managed", "platform", "shared_service")
@@ -56,7 +57,7 @@ def test_operating_mode_hints_are_decided_by_server_policy(world):
     world.call("platform_admin", "POST", f"/v1/projects/{world.ids['project_a1']}/entitlements", 201,
                json={"app_slug": "notebook"})
     r = world.call("project_admin", "POST", f"/v1/projects/{world.ids['project_a1']}/instances", 201, json={
-        "name": "nb", "app_slug": "notebook", "allocation_ids": [world.ids["alloc_a1"]],
+        "name": "nb", "app_slug": "notebook", "allocation_ids": [world.ids["alloc_hints"]],
         "operating_mode": "platform_managed", "control_plane_scope": "tenant"}).json()
     assert (r["operating_mode"], r["control_plane_scope"]) == ("tenant_dedicated", "tenant")
     events = world.call("project_admin", "GET", f"/v1/instances/{r['id']}/events", 200).json()["items"]
@@ -87,24 +88,28 @@ def test_compatibility_gate_says_exactly_why(world):
 
 
 def test_topology_bounds_and_placement_are_checked(world):
-    base = {"name": "x", "app_slug": "slurm", "allocation_ids": [world.ids["alloc_a1"]]}
+    free = register_allocation(world, "project_a1", "alloc-free")["id"]
+    base = {"name": "x", "app_slug": "slurm", "allocation_ids": [free]}
     reasons = refusal(world, base | {"topology": [{"role": "controller", "count": 2}, {"role": "gpu", "count": 1}]})
     assert reasons["topology.count"] == "role controller count 2 is outside the adapter bounds 1..1"
     assert reasons["topology.role"] == "role 'gpu' is not defined by the app adapter"
     reasons = refusal(world, base | {"topology": [{"role": "worker", "count": 5}]})
-    assert reasons["placement.capacity"] == "role worker needs 5 hosts; the chosen allocations have 3"
+    assert reasons["placement.capacity"] == ("role worker needs 5 hosts; the chosen allocations have 3 free "
+                                             "(not used by another instance)")
     reasons = refusal(world, base | {"allocation_ids": [world.ids["alloc_a2"]]})
     assert reasons["allocation.unknown"].endswith("is not held by this project")
     placed = world.call("project_admin", "POST", f"/v1/projects/{world.ids['project_a1']}/instances", 201,
                         json=base | {"topology": [{"role": "controller", "count": 1, "placement": [
-                            {"allocation_id": world.ids["alloc_a1"], "host_name": "alloc-a1-h2"}]}]}).json()
+                            {"allocation_id": free, "host_name": "alloc-free-h2"}]}]}).json()
     members = world.call("project_admin", "GET", f"/v1/instances/{placed['id']}/members", 200).json()["items"]
-    assert ("controller", "alloc-a1-h2") in [(m["role"], m["host_name"]) for m in members]
+    assert ("controller", "alloc-free-h2") in [(m["role"], m["host_name"]) for m in members]
 
 
 def test_instance_state_machine_allows_exactly_the_legal_edges(world, database):
+    # a host serves one instance: two hosts for each of the 36 instances
+    world.ids["alloc_sm"] = register_allocation(world, "project_a1", "alloc-sm", hosts=2 * len(STATUSES) ** 2)["id"]
     for n, (start, target) in enumerate(itertools.product(STATUSES, STATUSES)):
-        iid = UUID(create_instance(world, "service_account", "project_a1", f"sm-{n}", "alloc_a1", workers=1)["id"])
+        iid = UUID(create_instance(world, "service_account", "project_a1", f"sm-{n}", "alloc_sm", workers=1)["id"])
         with database.transaction() as conn:
             for step in PATH[start]:
                 service.transition_instance(conn, iid, step, reason="setup")
@@ -188,13 +193,14 @@ def test_delete_needs_nothing_running(world, database):
     assert bg[0]["app_instance_id"] == iid and bg[0]["runtime_backend"] == "slurm"
     world.call("platform_admin", "POST", f"/v1/admin/instances/{iid}/transitions", 422,
                json={"to": "running", "reason": "nope"}, headers={"X-Break-Glass-Reason": "INC-42 stuck deploy"})
-    fresh = create_instance(world, "project_admin", "project_a1", "gone", "alloc_a1")
+    world.ids["alloc_gone"] = register_allocation(world, "project_a1", "alloc-gone")["id"]
+    fresh = create_instance(world, "project_admin", "project_a1", "gone", "alloc_gone")
     world.call("project_admin", "DELETE", f"/v1/instances/{fresh['id']}", 204)
     world.call("project_admin", "GET", f"/v1/instances/{fresh['id']}", 404)
     events = world.call("project_admin", "GET", f"/v1/instances/{fresh['id']}/events", 200).json()["items"]
     assert events[-1]["type"] == "apps.instance.deleted"
     assert world.call("project_admin", "POST", f"/v1/projects/{world.ids['project_a1']}/instances", 201, json={
-        "name": "gone", "app_slug": "slurm", "allocation_ids": [world.ids["alloc_a1"]]})
+        "name": "gone", "app_slug": "slurm", "allocation_ids": [world.ids["alloc_gone"]]})
 
 
 def test_break_glass_needs_a_reason_and_is_audited(world):
@@ -208,8 +214,9 @@ def test_break_glass_needs_a_reason_and_is_audited(world):
 
 
 def test_instance_list_filters_and_keyset_pagination(world, database):
+    world.ids["alloc_page"] = register_allocation(world, "project_a1", "alloc-page", hosts=8)["id"]
     for i in range(4):
-        create_instance(world, "service_account", "project_a1", f"page-{i}", "alloc_a1", workers=1)
+        create_instance(world, "service_account", "project_a1", f"page-{i}", "alloc_page", workers=1)
     with database.transaction() as conn:
         service.transition_instance(conn, UUID(world.ids["instance_a1"]), "starting", reason="x")
     pid = world.ids["project_a1"]

@@ -15,11 +15,14 @@ def instance_body(world, name, allocation="alloc_a1"):
 
 def test_entitlement_is_required(world):
     pid = world.ids["project_a1"]
+    world.ids["alloc_free"] = register_allocation(world, "project_a1", "alloc-free")["id"]
     world.call("platform_admin", "DELETE", f"/v1/projects/{pid}/entitlements/slurm", 204)
-    r = world.call("project_admin", "POST", f"/v1/projects/{pid}/instances", 403, json=instance_body(world, "x"))
+    r = world.call("project_admin", "POST", f"/v1/projects/{pid}/instances", 403,
+                   json=instance_body(world, "x", "alloc_free"))
     assert r.json()["error"]["code"] == "not_entitled"
     world.call("platform_admin", "POST", f"/v1/projects/{pid}/entitlements", 201, json={"app_slug": "slurm"})
-    world.call("project_admin", "POST", f"/v1/projects/{pid}/instances", 201, json=instance_body(world, "x"))
+    world.call("project_admin", "POST", f"/v1/projects/{pid}/instances", 201,
+               json=instance_body(world, "x", "alloc_free"))
     world.call("platform_admin", "POST", f"/v1/projects/{pid}/entitlements", 409, json={"app_slug": "slurm"})
 
 
@@ -88,4 +91,6 @@ def test_instances_in_policy_allowed_allocations_pass(world):
     pid = world.ids["project_a1"]
     overlay(world, "platform_admin", 201, scope_kind="global", dimension="region", effect="deny", values=["us-1"])
     register_allocation(world, "project_a1", "alloc-us", region="us-1")
-    world.call("project_admin", "POST", f"/v1/projects/{pid}/instances", 201, json=instance_body(world, "eu"))
+    world.ids["alloc_eu"] = register_allocation(world, "project_a1", "alloc-eu")["id"]
+    world.call("project_admin", "POST", f"/v1/projects/{pid}/instances", 201,
+               json=instance_body(world, "eu", "alloc_eu"))

@@ -29,6 +29,7 @@ class World:
     client: Any
     tokens: dict[str, str | None] = field(default_factory=dict)
     ids: dict[str, Any] = field(default_factory=dict)
+    allocations: int = 0  # registered so far: each allocation gets its own addresses (hosts are exclusive)
 
     def headers(self, actor: str, **extra: str) -> dict[str, str]:
         token = self.tokens.get(actor)
@@ -68,8 +69,9 @@ def register_allocation(w: World, project: str, name: str, *, shape: str = "bare
                         exclusive: bool | None = None) -> dict:
     body = {"project_id": w.ids[project], "name": name, "capacity_shape": shape, "gpu_count": gpus,
             "region": region, "sku": sku,
-            "hosts": [{"name": f"{name}-h{i}", "address": f"10.77.0.{i + 10}", "ssh_user": "root"}
+            "hosts": [{"name": f"{name}-h{i}", "address": f"10.77.{w.allocations}.{i + 10}", "ssh_user": "root"}
                       for i in range(hosts)]}
+    w.allocations += 1
     if exclusive is not None:
         body["exclusive"] = exclusive
     return w.call("platform_admin", "POST", "/v1/allocations", 201, json=body).json()

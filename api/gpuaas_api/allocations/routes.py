@@ -17,16 +17,23 @@ api = router("allocations")
 
 @api.post("/v1/allocations", response_model=Allocation, status_code=201)
 def register_allocation(body: AllocationCreate, caller: Caller, db: DB):
-    """Register capacity a project holds (platform admins, until allocations come from the cloud API)."""
+    """Register capacity a project holds (platform admins, until allocations come from the cloud API).
+    A host address (with its SSH port) that another tenant holds is refused (409)."""
     with db.transaction() as conn:
         project = get_project(conn, body.project_id)
         caller.require("allocations.write", tenant_id=project["tenant_id"], project_id=body.project_id)
+        hosts = [h.model_dump() for h in body.hosts]
+        service.lock_hosts(conn)
+        taken = service.registered_elsewhere(conn, project["tenant_id"], hosts)
+        if taken:
+            raise conflict("host_registered_elsewhere",
+                           f"host(s) {', '.join(taken)} are registered to another tenant", hosts=taken)
         exclusive = body.exclusive if body.exclusive is not None else body.capacity_shape == "baremetal"
         row = conn.execute(
             """INSERT INTO allocations (tenant_id, project_id, name, capacity_shape, sku, gpu_count, region,
                    exclusive, hosts) VALUES (%s, %s, %s, %s, %s, %s, %s, %s, %s) RETURNING *""",
             (project["tenant_id"], body.project_id, body.name, body.capacity_shape, body.sku, body.gpu_count,
-             body.region, exclusive, Jsonb([h.model_dump() for h in body.hosts])),
+             body.region, exclusive, Jsonb(hosts)),
         ).fetchone()
         audit.record(conn, caller, "allocations.register", "allocation", row["id"], after=row,
                      context={"tenant_id": project["tenant_id"], "project_id": body.project_id})

@@ -40,6 +40,9 @@ class AllocationCreate(BaseModel):
         names = [h.name for h in self.hosts]
         if len(set(names)) != len(names):
             raise ValueError("host names must be unique within an allocation")
+        addresses = [(h.address.lower(), h.ssh_port) for h in self.hosts]
+        if len(set(addresses)) != len(addresses):
+            raise ValueError("host addresses (with their SSH port) must be unique within an allocation")
         return self
 
 

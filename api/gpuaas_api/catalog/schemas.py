@@ -80,6 +80,8 @@ class Compatibility(Strict):
     min_gpu_count: int = Field(default=0, ge=0, le=1024, description="per allocation")
     requires_exclusive_node: bool = False
     multi_node: bool = Field(default=False, description="may the topology span more than one host")
+    shares_hosts: bool = Field(default=False, description="may a host carry members of other instances too "
+                               "(only of versions that share hosts); default: a host serves one instance")
 
 
 class AdapterRole(Strict):

@@ -85,14 +85,17 @@ def transition_artifact(conn, actor: Principal, artifact_id: UUID, target: str, 
     before = get_artifact(conn, artifact_id, lock=True)
     check_transition(ARTIFACT_TRANSITIONS, "artifact", before["status"], target)
     if target == "retired":
+        # An instance uses the artifact when it runs it or can roll back to it.
         users = conn.execute(
-            """SELECT count(*) AS n FROM app_instances i JOIN app_versions v ON v.id = i.app_version_id
-                WHERE v.artifact_id = %s AND i.deleted_at IS NULL""",
+            """SELECT count(*) AS n FROM app_instances i
+                WHERE i.deleted_at IS NULL AND EXISTS (
+                      SELECT 1 FROM app_versions v WHERE v.artifact_id = %s
+                         AND v.id IN (i.app_version_id, i.previous_version_id))""",
             (artifact_id,),
         ).fetchone()["n"]
         if users:
-            raise conflict("artifact_in_use", f"artifact is referenced by {users} instance(s); cannot retire",
-                           instances=users)
+            raise conflict("artifact_in_use", f"artifact is referenced by {users} instance(s) (running it or "
+                           "keeping it as rollback target); cannot retire", instances=users)
     after = conn.execute("UPDATE artifacts SET status = %s, updated_at = now() WHERE id = %s RETURNING *",
                          (target, artifact_id)).fetchone()
     audit.record(conn, actor, "apps.catalog.artifact.transition", "artifact", artifact_id,

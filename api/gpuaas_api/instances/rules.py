@@ -88,9 +88,26 @@ class PlannedMember:
     allocation_id: UUID
     host_name: str
 
-    @property
-    def node_name(self) -> str:
-        return self.host_name
+
+Host = tuple[UUID, str]  # (allocation_id, host_name)
+
+
+def node_names(hosts: list[Host], seqs: dict[UUID, int], named: dict[Host, str]) -> dict[Host, str]:
+    """The node (inventory) name of each host of an instance, given those already `named`: the host
+    name, unless another host of the instance has it already; then the allocation's number is
+    appended, so `n1` of two allocations stays two hosts."""
+    named = dict(named)
+    used = set(named.values())
+    for alloc_id, host in hosts:
+        if (alloc_id, host) in named:
+            continue
+        name, n = host, 1
+        while name in used:
+            name = f"{host}-a{seqs[alloc_id]}" + (f"-{n}" if n > 1 else "")
+            n += 1
+        named[(alloc_id, host)] = name
+        used.add(name)
+    return named
 
 
 def reason(check: str, message: str, **extra) -> dict:
@@ -118,13 +135,14 @@ def desired_counts(adapter: dict, requested: list[dict]) -> tuple[dict[str, int]
     return counts, problems
 
 
-def place(counts: dict[str, int], requested: list[dict],
-          allocations: list[dict]) -> tuple[list[PlannedMember], list[dict]]:
+def place(counts: dict[str, int], requested: list[dict], allocations: list[dict],
+          busy: set[Host]) -> tuple[list[PlannedMember], list[dict]]:
     """Map logical roles onto hosts of the chosen allocations. The platform chooses hosts (round robin
-    over all hosts, so roles spread out) unless a role names its placement explicitly. One member
-    per role per host."""
+    over the hosts no other instance holds, so roles spread out) unless a role names its placement
+    explicitly (the caller refuses busy explicit hosts). One member per role per host."""
     hosts = [(a["id"], h["name"]) for a in allocations for h in a["hosts"]]
     known = set(hosts)
+    free = [h for h in hosts if h not in busy]
     explicit = {r["role"]: r.get("placement") for r in requested if r.get("placement")}
     members, problems, cursor = [], [], 0
     for role, count in counts.items():
@@ -138,16 +156,18 @@ def place(counts: dict[str, int], requested: list[dict],
                                        role=role))
             for alloc_id, host in chosen:
                 if (alloc_id, host) not in known:
-                    problems.append(reason("placement.host", f"host {host} is not in a chosen allocation",
+                    problems.append(reason("placement.host", f"host {host} of allocation {alloc_id} is not in "
+                                           "allocation_ids (or not a host of that allocation)",
                                            role=role, allocation_id=alloc_id, host_name=host))
-            members += [PlannedMember(role, a, h) for a, h in chosen]
+            members += [PlannedMember(role, a, h) for a, h in chosen if (a, h) in known]
             continue
-        if count > len(hosts):
+        if count > len(free):
             problems.append(reason("placement.capacity", f"role {role} needs {count} hosts; the chosen "
-                                   f"allocations have {len(hosts)}", role=role, count=count, hosts=len(hosts)))
+                                   f"allocations have {len(free)} free (not used by another instance)",
+                                   role=role, count=count, hosts=len(free)))
             continue
         for _ in range(count):
-            alloc_id, host = hosts[cursor % len(hosts)]
+            alloc_id, host = free[cursor % len(free)]
             members.append(PlannedMember(role, alloc_id, host))
             cursor += 1
     return members, problems
