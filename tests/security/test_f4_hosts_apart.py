@@ -150,3 +150,13 @@ def test_an_app_version_may_declare_that_it_shares_hosts(ops):
     # a host that a sharing app uses is not free for an app that wants its hosts to itself
     exclusive = create(ops, "alone", 201, [ops.ids["alloc_ops2"]], topology, version="1.0.0")
     assert not hosts_of(ops, exclusive["id"]) & hosts_of(ops, first["id"])
+
+
+def test_explicit_placement_outside_allocation_ids_is_a_422_naming_it(ops):
+    """Finding 9, one line: this was a 500 (KeyError while checking the topology)."""
+    r = ops.w.call(SA, "POST", f"/v1/projects/{ops.ids['project_a1']}/instances", 422, json={
+        "name": "elsewhere", "app_slug": TEST_APP, "allocation_ids": [ops.ids["alloc_ops"]],
+        "topology": [{"role": "controller", "count": 1}, {"role": "worker", "count": 1, "placement": [
+            {"allocation_id": ops.ids["alloc_ops2"], "host_name": "alloc-ops2-h0"}]}]})
+    reason = next(x for x in r.json()["error"]["details"]["reasons"] if x["check"] == "placement.host")
+    assert reason["allocation_id"] == ops.ids["alloc_ops2"] and ops.ids["alloc_ops2"] in reason["message"]
