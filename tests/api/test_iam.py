@@ -62,7 +62,8 @@ def test_service_account_is_confined_to_its_project(world):
         "principal_kind": "service_account", "principal_id": sa, "role": "tenant_admin",
         "tenant_id": world.ids["tenant_a"]})
     assert r.json()["error"]["code"] == "invalid_principal"
-    world.call("service_account", "GET", f"/v1/projects/{world.ids['project_a2']}/instances", 403)
+    # Outside its project it is told what a caller with no access is told: not found.
+    world.call("service_account", "GET", f"/v1/projects/{world.ids['project_a2']}/instances", 404)
 
 
 def test_no_privilege_escalation_through_role_bindings(world):
@@ -72,8 +73,8 @@ def test_no_privilege_escalation_through_role_bindings(world):
     world.call("project_admin", "POST", "/v1/role-bindings", 403, json={
         "principal_kind": "user", "principal_id": user["id"], "role": "tenant_admin",
         "tenant_id": world.ids["tenant_a"]})
-    # ... nor any role in a project it does not administer ...
-    world.call("project_admin", "POST", "/v1/role-bindings", 403, json={
+    # ... nor any role in a project it does not administer (it cannot even see that project: 404) ...
+    world.call("project_admin", "POST", "/v1/role-bindings", 404, json={
         "principal_kind": "user", "principal_id": user["id"], "role": "project_member",
         "project_id": world.ids["project_a2"]})
     # ... and a user of tenant A cannot be bound in tenant B.
