@@ -34,9 +34,9 @@ def test_delete_with_a_queued_deploy_is_refused_until_it_is_canceled(ops):
 def test_worker_survives_an_operation_whose_instance_was_deleted(ops):
     """The state the old API allowed (a queued deploy on a deleted instance), made by hand, in both
     places a worker meets it: the claim and run, and lease recovery after the last attempt."""
-    doomed, _ = make_instance(ops, "doomed")
-    expired, _ = make_instance(ops, "expired")
-    healthy, _ = make_instance(ops, "healthy", allocation="alloc_ops2")
+    doomed, _ = make_instance(ops, "doomed", workers=1)
+    expired, _ = make_instance(ops, "expired", workers=1)
+    healthy, _ = make_instance(ops, "healthy", workers=1, allocation="alloc_ops2")
     doomed_op = ops.w.call(SA, "POST", f"/v1/instances/{doomed['id']}/deploy", 202).json()
     expired_op = ops.w.call(SA, "POST", f"/v1/instances/{expired['id']}/deploy", 202).json()
     with ops.database.transaction() as conn:
