@@ -296,7 +296,8 @@ CASES: list[Case] = [
     c("POST", "/v1/instances/{instance_id}/deploy", {TA, PADM, SA},
       lambda x, a: ("POST", f"/v1/instances/{x.fresh_instance()}/deploy", {})),
     c("POST", "/v1/instances/{instance_id}/reconfigure", {TA, PADM, SA}, lambda x, a: (
-        "POST", f"/v1/instances/{x.running_instance()[0]}/reconfigure", {"json": {"parameters": {"slurm_controller_return_to_service": 1}}})),
+        "POST", f"/v1/instances/{x.running_instance()[0]}/reconfigure",
+        {"json": {"parameters": {"slurm_controller_return_to_service": 1}}})),
     c("POST", "/v1/instances/{instance_id}/upgrade", {TA, PADM, SA}, lambda x, a: (
         "POST", f"/v1/instances/{x.running_instance()[0]}/upgrade",
         {"json": {"app_version_id": x.active_version_id()}})),
