@@ -72,7 +72,8 @@ def main() -> int:
         publish_test_app(w)
         w.call("platform_admin", "POST", f"/v1/projects/{w.ids['project_a1']}/entitlements", 201,
                json={"app_slug": TEST_APP})
-        alloc = register_allocation(w, "project_a1", "bench", hosts=4)["id"]
+        # a host serves one instance: two hosts for each of the 1 + 2 streams' instances
+        alloc = register_allocation(w, "project_a1", "bench", hosts=6)["id"]
         lock = threading.Lock()
 
         def stream(name: str, n: int, out: list[float], events: list[int]):
