@@ -93,9 +93,12 @@ def build(conn: psycopg.Connection, settings: OperationSettings, op: dict, insta
 def _inventory(settings: OperationSettings, profile: dict, members: list[dict]) -> dict:
     hosts: dict[str, dict] = {}
     groups: dict[str, dict] = {}
+    placed: dict[str, tuple] = {}
     for m in members:
-        if m["node_name"] in hosts:  # two members would collapse into one inventory host
-            raise unprocessable("duplicate_node_name", f"two members of the instance are named {m['node_name']}; "
+        # Members of several roles on one host share its inventory entry; two hosts must never share one.
+        where = placed.setdefault(m["node_name"], (m["allocation_id"], m["host_name"]))
+        if where != (m["allocation_id"], m["host_name"]):
+            raise unprocessable("duplicate_node_name", f"two hosts of the instance are named {m['node_name']}; "
                                 "inventory host names must be unique within a run", node_name=m["node_name"])
         host = m["host"] or {}
         hostvars = {"ansible_host": host.get("address", m["host_name"]),
