@@ -281,7 +281,7 @@ def test_no_secret_value_in_events_audit_responses_or_artifacts(ops, caplog):
     denied = ops.w.client.get(f"/v1/operations/{op['id']}/artifacts", headers=ops.w.headers("project_member"))
     assert denied.status_code == 403
     other = ops.w.client.get(f"/v1/operations/{op['id']}/artifacts", headers=ops.w.headers("other_service_account"))
-    assert other.status_code == 403
+    assert other.status_code == 404  # another project's caller learns nothing, not even that it exists
 
 
 @pytest.fixture
@@ -329,4 +329,4 @@ def test_event_stream_follows_the_run_and_resumes(ops, live_server):
     everything = read_sse(url + "?max_seconds=2", headers, 10_000)
     assert "apps.instance.running" in [e["event"] for e in everything]
     denied = httpx.get(url, headers=ops.w.headers("other_service_account"), timeout=10)
-    assert denied.status_code == 403
+    assert denied.status_code == 404
