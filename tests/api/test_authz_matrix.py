@@ -15,6 +15,7 @@ from typing import Any
 import pytest
 from gpuaas_api import db as dbmod
 from gpuaas_api.app import create_app
+from gpuaas_api.config import OperationSettings
 
 from .world import ACTORS, DIGEST, SLURM_ADAPTER, SLURM_COMPAT, World, create_instance, register_allocation
 
@@ -344,7 +345,12 @@ CASES: list[Case] = [
 
 @pytest.fixture(scope="module")
 def ctx(shared):
-    return Ctx(shared.world, shared.database)
+    # Every probe that creates an instance or queues an operation does so in one project: lift the
+    # project quotas here (their own test is tests/security/test_f7_fairness.py).
+    with pytest.MonkeyPatch.context() as env:
+        env.setenv("GPUAAS_MAX_INSTANCES_PER_PROJECT", "0")
+        shared.app.state.operation_settings = OperationSettings(max_open_operations_per_project=0)
+        yield Ctx(shared.world, shared.database)
 
 
 def test_every_route_has_a_case():
