@@ -9,7 +9,7 @@ from __future__ import annotations
 import itertools
 import uuid
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 import pytest
@@ -347,10 +347,9 @@ CASES: list[Case] = [
 def ctx(shared):
     # Every probe that creates an instance or queues an operation does so in one project: lift the
     # project quotas here (their own test is tests/security/test_f7_fairness.py).
-    with pytest.MonkeyPatch.context() as env:
-        env.setenv("GPUAAS_MAX_INSTANCES_PER_PROJECT", "0")
-        shared.app.state.operation_settings = OperationSettings(max_open_operations_per_project=0)
-        yield Ctx(shared.world, shared.database)
+    shared.app.state.settings = replace(shared.app.state.settings, max_instances_per_project=0)
+    shared.app.state.operation_settings = OperationSettings(max_open_operations_per_project=0)
+    return Ctx(shared.world, shared.database)
 
 
 def test_every_route_has_a_case():

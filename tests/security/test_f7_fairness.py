@@ -96,11 +96,11 @@ def test_open_operations_per_project_have_a_quota(ops, app):
     deploy(ops, SA, instances[2])
 
 
-def test_instances_per_project_have_a_quota(ops, monkeypatch):
+def test_instances_per_project_have_a_quota(ops, app):
     instance(ops, "a", "inst0")
     held = ops.sql("SELECT count(*) AS n FROM app_instances WHERE project_id = %s AND deleted_at IS NULL",
                    (ops.ids["project_a1"],))[0]["n"]
-    monkeypatch.setenv("GPUAAS_MAX_INSTANCES_PER_PROJECT", str(held))
+    app.state.settings = dataclasses.replace(app.state.settings, max_instances_per_project=held)
     body = {"name": "one-too-many", "app_slug": TEST_APP, "allocation_ids": [ops.ids["alloc_fair_a"]],
             "topology": [{"role": "controller", "count": 1}, {"role": "worker", "count": 1}],
             "parameters": {"marker_dir": str(ops.marker_root)}}
@@ -108,5 +108,5 @@ def test_instances_per_project_have_a_quota(ops, monkeypatch):
     refused = ops.w.call(SA, "POST", url, 429, json=body).json()["error"]
     assert refused["code"] == "quota_exceeded" and refused["details"]["quota"] == "instances"
     assert refused["details"]["limit"] == held
-    monkeypatch.setenv("GPUAAS_MAX_INSTANCES_PER_PROJECT", str(held + 1))
+    app.state.settings = dataclasses.replace(app.state.settings, max_instances_per_project=held + 1)
     ops.w.call(SA, "POST", url, 201, json=body)

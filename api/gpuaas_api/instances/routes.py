@@ -8,7 +8,7 @@ from fastapi import Query
 from ..audit import service as audit
 from ..catalog.schemas import RoleName
 from ..common import Page, Slug, Token, decode_cursor
-from ..deps import DB, Caller, CursorParam, LimitParam, router
+from ..deps import DB, AppSettings, Caller, CursorParam, LimitParam, router
 from ..iam.service import get_project
 from . import service
 from .schemas import Event, Instance, InstanceCreate, InstanceStatus, InstanceUpdate, Member, MemberStatus
@@ -23,13 +23,13 @@ def _authorized_instance(conn, caller, permission: str, instance_id: UUID) -> di
 
 
 @api.post("/v1/projects/{project_id}/instances", response_model=Instance, status_code=201)
-def create_instance(project_id: UUID, body: InstanceCreate, caller: Caller, db: DB):
+def create_instance(project_id: UUID, body: InstanceCreate, caller: Caller, db: DB, settings: AppSettings):
     """Create a project-owned app instance. Refusals say why: not_entitled / policy_denied (403),
     version_not_usable / artifact_not_active (409), compatibility_refused with every reason (422)."""
     with db.transaction() as conn:
         project = get_project(conn, project_id)
         caller.require("apps.instance.create", tenant_id=project["tenant_id"], project_id=project_id)
-        return service.create_instance(conn, caller, project, body)
+        return service.create_instance(conn, caller, project, body, max_instances=settings.max_instances_per_project)
 
 
 @api.get("/v1/projects/{project_id}/instances", response_model=Page[Instance])

@@ -18,7 +18,6 @@ from ..audit import service as audit
 from ..catalog import parameters
 from ..catalog.service import get_app, get_version, get_version_by_id, latest_active_version
 from ..common import page_of
-from ..config import Settings
 from ..errors import ApiError, conflict, not_found, unprocessable
 from ..iam.auth import SYSTEM, Principal
 from ..policy import rules as policy_rules
@@ -158,15 +157,16 @@ def check_version_change(conn: psycopg.Connection, instance: dict, version: dict
     check_binding(conn, instance["tenant_id"], instance["project_id"], version, allocations, members, problems)
 
 
-def create_instance(conn: psycopg.Connection, actor: Principal, project: dict, body: Any) -> dict:
+def create_instance(conn: psycopg.Connection, actor: Principal, project: dict, body: Any, *,
+                    max_instances: int = 0) -> dict:
     """Create a project-owned instance with its members placed on the chosen allocations, or refuse
     and say exactly why: version/artifact state (409), a host another instance holds (409),
-    entitlement and policy (403), compatibility (422)."""
+    entitlement and policy (403), compatibility (422), the project's instance quota (429; 0: none)."""
     app = get_app(conn, body.app_slug)
     version = get_version(conn, app["slug"], body.version) if body.version else latest_active_version(conn, app["slug"])
     check_version_usable(version)
     parameters.validate_for_version(version, body.parameters)
-    quotas.enforce(conn, project["id"], "instances", Settings().max_instances_per_project)
+    quotas.enforce(conn, project["id"], "instances", max_instances)
 
     ids = list(dict.fromkeys(body.allocation_ids))
     found = get_allocations(conn, ids)

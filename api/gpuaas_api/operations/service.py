@@ -114,9 +114,8 @@ def _queue(conn, settings: OperationSettings, actor: Principal, instance: dict, 
         if kind == "member_replace":
             params |= {"old_member_id": str(member_id), "new_member_id": str(new["id"])}
     if kind == "reconfigure":
-        version = conn.execute("SELECT adapter, runtime_profile FROM app_versions WHERE id = %s",
-                               (instance["app_version_id"],)).fetchone()
-        parameters.validate_for_version(version, (instance["parameters"] or {}) | request.get("parameters", {}))
+        parameters.validate_for_version(get_version_by_id(conn, instance["app_version_id"]),
+                                        (instance["parameters"] or {}) | request.get("parameters", {}))
     if kind == "upgrade":
         params["target_version_id"] = str(_upgrade_target(conn, instance, UUID(str(request["app_version_id"]))))
     if kind == "rollback":
