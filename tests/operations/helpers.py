@@ -19,6 +19,8 @@ PARAMETERS = {"type": "object", "additionalProperties": False, "properties": {
     "leak_secret": {"type": "boolean"},
     "round": {"type": "integer", "minimum": 0, "maximum": 1000},
     "message": {"type": "string", "maxLength": 2000, "description": "free text the playbook writes down"},
+    "labels": {"type": "object", "maxProperties": 16, "additionalProperties": {"type": "string"},
+               "description": "free-form key=value pairs the playbook writes down"},
 }}
 COMPAT = {"requires_capacity_shape": ["baremetal"], "min_gpu_count": 1, "requires_exclusive_node": False,
           "multi_node": True}

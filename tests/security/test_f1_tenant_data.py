@@ -35,6 +35,14 @@ def test_jinja_in_a_parameter_value_is_never_evaluated(ops):
     assert (marker / "message").read_text() == payload  # written down as plain text
 
 
+def test_jinja_in_a_parameter_key_is_never_evaluated(ops):
+    key = "{{ lookup('pipe', 'touch " + str(ops.marker_root) + "/pwned-key') }}"
+    _, marker, op = deployed(ops, "keys", labels={key: "{{ 6 * 7 }}"})
+    assert op["status"] == "succeeded", op["error"]
+    assert not (ops.marker_root / "pwned-key").exists(), "Jinja in a key ran on the control host"
+    assert (marker / "labels").read_text() == key + "={{ 6 * 7 }}\n"
+
+
 def test_a_failed_operation_cannot_read_host_side_secrets(ops, tmp_path):
     host_secret = tmp_path / "service.key"
     host_secret.write_text("host-side-secret-4f1c9e")

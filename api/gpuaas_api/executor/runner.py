@@ -64,15 +64,15 @@ _UnsafeDumper.add_representer(_Unsafe, lambda dumper, value: dumper.represent_sc
 def _mark_unsafe(value):
     if isinstance(value, str):
         return _Unsafe(value)
-    if isinstance(value, dict):
-        return {k: _mark_unsafe(v) for k, v in value.items()}
+    if isinstance(value, dict):  # keys too: `dict2items` turns a key into a value a template renders
+        return {_mark_unsafe(k): _mark_unsafe(v) for k, v in value.items()}
     if isinstance(value, list):
         return [_mark_unsafe(v) for v in value]
     return value
 
 
 def unsafe_vars_yaml(variables: dict) -> str:
-    """Extra vars as YAML in which every string value is `!unsafe`."""
+    """Extra vars as YAML in which every string, key or value, is `!unsafe`."""
     return yaml.dump(_mark_unsafe(variables), Dumper=_UnsafeDumper, default_flow_style=False, width=1 << 30)
 
 
