@@ -17,13 +17,16 @@ from .allocations.routes import api as allocations_api
 from .audit.routes import api as audit_api
 from .catalog.routes import api as catalog_api
 from .config import Settings
+from .content.routes import STREAMED_PREFIX
+from .content.routes import api as content_api
 from .correlation import CorrelationMiddleware
 from .iam.routes import api as iam_api
 from .instances.routes import api as instances_api
 from .operations.routes import api as operations_api
 from .policy.routes import api as policy_api
 
-ROUTERS = [iam_api, catalog_api, policy_api, allocations_api, instances_api, operations_api, audit_api, admin_api]
+ROUTERS = [iam_api, catalog_api, policy_api, allocations_api, instances_api, operations_api, audit_api, admin_api,
+           content_api]
 
 
 class Health(BaseModel):
@@ -32,14 +35,16 @@ class Health(BaseModel):
 
 class BodyLimitMiddleware:
     """Refuses a request body over max_bytes with 413 in the envelope, whether or not it declares a
-    Content-Length: the body is read (up to the limit) before the app sees any of it."""
+    Content-Length: the body is read (up to the limit) before the app sees any of it. Paths under
+    `streamed_prefixes` pass untouched: their routes stream the body and enforce their own limit."""
 
-    def __init__(self, app, max_bytes: int):
+    def __init__(self, app, max_bytes: int, streamed_prefixes: tuple[str, ...] = ()):
         self.app = app
         self.max_bytes = max_bytes
+        self.streamed_prefixes = streamed_prefixes
 
     async def __call__(self, scope, receive, send):
-        if scope["type"] != "http":
+        if scope["type"] != "http" or scope["path"].startswith(self.streamed_prefixes):
             await self.app(scope, receive, send)
             return
         declared = next((v for k, v in scope["headers"] if k == b"content-length"), b"")
@@ -122,7 +127,8 @@ def create_app(database: dbmod.Database | None = None, settings: Settings | None
         app.state.db = database
     app.state.settings = settings or Settings()
     errors.install(app)
-    app.add_middleware(BodyLimitMiddleware, max_bytes=app.state.settings.max_body_bytes)
+    app.add_middleware(BodyLimitMiddleware, max_bytes=app.state.settings.max_body_bytes,
+                       streamed_prefixes=(STREAMED_PREFIX,))
     app.add_middleware(CorrelationMiddleware)  # outermost: every answer above carries the correlation id
     for r in ROUTERS:
         app.include_router(r)

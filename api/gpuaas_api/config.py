@@ -47,6 +47,9 @@ class Settings:
     stream_recheck_seconds: float = field(
         default_factory=lambda: float(os.environ.get("GPUAAS_STREAM_RECHECK_SECONDS", "30")))
     max_body_bytes: int = field(default_factory=lambda: int(os.environ.get("GPUAAS_MAX_BODY_BYTES", str(1 << 20))))
+    # Largest artifact upload (PUT /v1/content/{digest}, streamed, outside max_body_bytes).
+    max_content_bytes: int = field(
+        default_factory=lambda: int(os.environ.get("GPUAAS_MAX_CONTENT_BYTES", str(256 << 20))))
 
 
 # Operations (issue 4) ----------------------------------------------------------------------------
