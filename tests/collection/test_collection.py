@@ -31,7 +31,9 @@ def tarball_members(tmp_path_factory):
 def test_tarball_holds_the_collection_and_nothing_else(tarball_members):
     tops = {name.split("/")[0] for name in tarball_members}
     assert tops == {"MANIFEST.json", "FILES.json", "README.md", "CHANGELOG.md", "meta", "plugins", "roles",
-                    "playbooks", "inventories", "docs"}, tops
+                    "playbooks", "inventories", "docs", "adapters"}, tops
+    # Each app's descriptor ships next to the playbooks it names.
+    assert "adapters/slurm.yml" in tarball_members
     for playbook in PLAYBOOKS:
         assert f"playbooks/{playbook}.yml" in tarball_members
     for module in MODULES:
