@@ -20,7 +20,8 @@ from ..deps import DB, AppSettings, Caller, CursorParam, LimitParam, router
 from ..errors import ApiError
 from ..iam.auth import principal_for_token_id
 from ..instances import service as instances
-from . import rules, service
+from . import service
+from .kinds import KINDS
 from .schemas import (
     IdempotencyKey,
     MemberAdd,
@@ -45,7 +46,7 @@ def _settings(request: Request) -> OperationSettings:
 
 
 def _require(caller, kind: str, instance: dict) -> None:
-    for key in rules.PERMISSIONS[kind]:
+    for key in KINDS[kind].permissions:
         caller.require(key, tenant_id=instance["tenant_id"], project_id=instance["project_id"])
 
 

@@ -8,9 +8,9 @@ from pydantic import BaseModel, ConfigDict, Field, StringConstraints
 
 from ..catalog.schemas import JsonObject, RoleName
 from ..common import Name
+from .kinds import KIND_NAMES
 
-OperationKind = Literal["deploy", "member_add", "member_drain", "member_resume", "member_remove", "member_replace",
-                        "reconfigure", "upgrade", "rollback", "decommission", "refresh"]
+OperationKind = Literal[KIND_NAMES]
 OperationStatus = Literal["queued", "running", "succeeded", "failed", "canceled"]
 IdempotencyKey = Annotated[str, StringConstraints(pattern=r"^[A-Za-z0-9._:\-]{1,128}$")]
 

@@ -21,6 +21,7 @@ from ..errors import conflict, not_found
 from ..iam.auth import Principal
 from ..instances import service as instances
 from . import rules, truth
+from .kinds import KINDS
 
 log = logging.getLogger(__name__)
 
@@ -81,23 +82,25 @@ def accept(conn: psycopg.Connection, settings: OperationSettings, actor: Princip
 
 def _queue(conn, settings: OperationSettings, actor: Principal, instance: dict, kind: str, request: dict,
            member_id: UUID | None, idempotency_key: str | None) -> dict:
+    k = KINDS[kind]
     quotas.enforce(conn, instance["project_id"], "open_operations", settings.max_open_operations_per_project)
     open_ops = conn.execute("""SELECT id, kind, status, member_ids FROM operations
                                 WHERE instance_id = %s AND status IN ('queued', 'running') ORDER BY seq""",
                             (instance["id"],)).fetchall()
     for o in open_ops:
-        if o["kind"] == "decommission":
-            raise conflict("instance_decommissioning", "a decommission is queued or running for this instance",
+        if KINDS[o["kind"]].closes_queue:
+            raise conflict("instance_decommissioning", f"a {o['kind']} is queued or running for this instance",
                            operation_id=str(o["id"]))
-        if o["kind"] == kind == "deploy":
-            raise conflict("operation_in_progress", "a deploy is already queued or running",
+        if o["kind"] == kind and k.single:
+            raise conflict("operation_in_progress", f"a {kind} is already queued or running",
                            operation_id=str(o["id"]))
     # Behind a queued deploy the instance counts as starting: later requests may queue behind it.
-    deploying = instance["status"] == "created" and any(o["kind"] == "deploy" for o in open_ops)
-    rules.check_instance(kind, instance | ({"status": "starting"} if deploying else {}), accepting=True)
+    seen_as = next((KINDS[o["kind"]].queued_as[instance["status"]] for o in open_ops
+                    if instance["status"] in KINDS[o["kind"]].queued_as), instance["status"])
+    rules.check_instance(kind, instance | {"status": seen_as}, accepting=True)
     cid = correlation.current()
-    params: dict[str, Any] = {"request": request}
-    member_ids: list[UUID] = []
+    targets: dict[str, list[str]] = {}
+    member = None
     if member_id is not None:
         member = instances.get_member(conn, instance["id"], member_id)
         busy = next((o for o in open_ops if member_id in (o["member_ids"] or [])), None)
@@ -105,26 +108,19 @@ def _queue(conn, settings: OperationSettings, actor: Principal, instance: dict, 
             raise conflict("member_busy", f"member {member['node_name']} has a {busy['status']} {busy['kind']}",
                            operation_id=str(busy["id"]), kind=busy["kind"], status=busy["status"])
         rules.check_member(kind, member)
-        member_ids.append(member_id)
-    if kind in ("member_add", "member_replace"):
-        role = request["role"] if kind == "member_add" else member["role"]
+        targets[k.route_target] = [str(member_id)]
+    params: dict[str, Any] = {"request": request}
+    if k.request_check:
+        params |= REQUEST_CHECKS[k.request_check](conn, instance, request)
+    version_id = params.get("target_version_id") or instance["app_version_id"]
+    rules.check_supported(kind, get_version_by_id(conn, UUID(str(version_id))))
+    if k.creates:
+        role = request.get("role") or member["role"]  # a replacement takes the role of the member it replaces
         new = instances.add_member(conn, actor, instance["id"], role, UUID(str(request["allocation_id"])),
                                    request.get("host_name"), correlation_id=cid)
-        member_ids.append(new["id"])
-        if kind == "member_replace":
-            params |= {"old_member_id": str(member_id), "new_member_id": str(new["id"])}
-    if kind == "reconfigure":
-        parameters.validate_for_version(get_version_by_id(conn, instance["app_version_id"]),
-                                        (instance["parameters"] or {}) | request.get("parameters", {}))
-    if kind == "upgrade":
-        params["target_version_id"] = str(_upgrade_target(conn, instance, UUID(str(request["app_version_id"]))))
-    if kind == "rollback":
-        if instance["previous_version_id"] is None:
-            raise conflict("no_previous_version", "the instance has no previous version to roll back to")
-        target = get_version_by_id(conn, instance["previous_version_id"])
-        instances.check_version_usable(target, rollback=True)
-        instances.check_version_change(conn, instance, target)
-        params["target_version_id"] = str(target["id"])
+        targets[k.creates] = [str(new["id"])]
+    params["targets"] = targets
+    member_ids = [UUID(m) for name in k.targets for m in targets.get(name, [])]
     op = conn.execute(
         """INSERT INTO operations (instance_id, tenant_id, project_id, kind, params, member_ids, correlation_id,
                idempotency_key, requested_by_kind, requested_by, max_attempts, timeout_s, target_member_id)
@@ -144,16 +140,38 @@ def _queue(conn, settings: OperationSettings, actor: Principal, instance: dict, 
     return op
 
 
-def _upgrade_target(conn, instance: dict, version_id: UUID) -> UUID:
+# Checks of a request body, by the name a kind's row gives (kinds.Kind.request_check); each returns
+# what the operation records besides the request.
+
+def _check_parameters(conn, instance: dict, request: dict) -> dict:
+    parameters.validate_for_version(get_version_by_id(conn, instance["app_version_id"]),
+                                    (instance["parameters"] or {}) | request.get("parameters", {}))
+    return {}
+
+
+def _check_upgrade_target(conn, instance: dict, request: dict) -> dict:
     """Another active version of the same app, through the same gate as create."""
-    v = get_version_by_id(conn, version_id)
+    v = get_version_by_id(conn, UUID(str(request["app_version_id"])))
     if v["app_slug"] != instance["app_slug"]:
-        raise not_found("app_version", version_id)
+        raise not_found("app_version", v["id"])
     if v["id"] == instance["app_version_id"]:
         raise conflict("already_at_version", f"the instance already runs version {v['version']}")
     instances.check_version_usable(v)
     instances.check_version_change(conn, instance, v)
-    return v["id"]
+    return {"target_version_id": str(v["id"])}
+
+
+def _check_rollback_target(conn, instance: dict, request: dict) -> dict:
+    if instance["previous_version_id"] is None:
+        raise conflict("no_previous_version", "the instance has no previous version to roll back to")
+    target = get_version_by_id(conn, instance["previous_version_id"])
+    instances.check_version_usable(target, rollback=True)
+    instances.check_version_change(conn, instance, target)
+    return {"target_version_id": str(target["id"])}
+
+
+REQUEST_CHECKS = {"parameters": _check_parameters, "upgrade_target": _check_upgrade_target,
+                  "rollback_target": _check_rollback_target}
 
 
 def cancel(conn: psycopg.Connection, actor: Principal, operation_id: UUID) -> dict:

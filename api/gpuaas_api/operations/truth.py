@@ -1,23 +1,27 @@
 """Instance and member status follow what a run proved. One function per phase of an operation:
 before the run (what is about to happen), after success, after failure (including timeout, cancel
-while running and a lost worker), and after a cancel before the run. Moves take the legal path
-through the status machines, so every step appears on the timeline."""
+while running and a lost worker), and after a cancel before the run. Each applies the phase's steps
+from the kind's row in operations/kinds.py: status moves, which take the legal path through the
+status machines (so every step appears on the timeline), and the named effects below."""
 
 from __future__ import annotations
 
 import logging
 from collections import deque
+from collections.abc import Callable
+from dataclasses import dataclass, field
 from uuid import UUID
 
 import psycopg
 from psycopg.types.json import Jsonb
 
 from ..audit import service as audit
+from ..catalog.service import get_version_by_id
 from ..instances import rules as irules
 from ..instances import service as instances
+from .kinds import INSTANCE, KINDS, LIVE, Effect, Members, Step
 
 log = logging.getLogger(__name__)
-LIVE = ("joining", "active", "draining", "drained", "removing")
 
 
 def _path(table: dict[str, frozenset[str]], start: str, goal: str) -> list[str] | None:
@@ -60,118 +64,130 @@ def _members(conn, instance_id: UUID, statuses: tuple[str, ...]) -> list[dict]:
                         (instance_id, list(statuses))).fetchall()
 
 
-def _new_member(op: dict) -> UUID:
-    return op["member_ids"][-1]
+def targets(op: dict, name: str) -> list[UUID]:
+    """The member ids an operation targets under one name (members, old, new)."""
+    return [UUID(m) for m in op["params"].get("targets", {}).get(name, [])]
+
+
+@dataclass
+class Phase:
+    """What a phase's effects may read: the operation, the instance as it was when the phase began,
+    the members its pseudo-target moves selected, and (refresh) the run's outcome."""
+    conn: psycopg.Connection
+    op: dict
+    instance: dict
+    reason: str
+    outcome: dict = field(default_factory=dict)
+    selected: list[dict] = field(default_factory=list)
+
+    def event(self, event_type: str, payload: dict) -> None:
+        audit.append_event(self.conn, self.instance, event_type, payload, correlation_id=self.op["correlation_id"])
+
+
+def _apply(conn: psycopg.Connection, op: dict, steps: tuple[Step, ...], reason: str,
+           outcome: dict | None = None) -> None:
+    phase = Phase(conn, op, instances.get_instance(conn, op["instance_id"], include_deleted=True), reason,
+                  outcome or {})
+    cid = op["correlation_id"]
+    for step in steps:
+        if isinstance(step, Effect):
+            EFFECTS[step.name](phase)
+        elif step.who == INSTANCE:
+            move_instance(conn, op["instance_id"], step.to, reason, cid)
+        elif isinstance(step.who, Members):
+            chosen = _members(conn, op["instance_id"], step.who.statuses)
+            phase.selected += chosen
+            for m in chosen:
+                move_member(conn, m["id"], step.to, reason, cid)
+        else:
+            for member_id in targets(op, step.who):
+                move_member(conn, member_id, step.to, reason, cid)
 
 
 def on_start(conn: psycopg.Connection, op: dict) -> None:
     """Idempotent: a re-attempt after a lost lease finds the statuses already moved."""
-    kind, iid, cid = op["kind"], op["instance_id"], op["correlation_id"]
-    why = f"{kind} running (operation {op['id']})"
-    if kind == "deploy":
-        move_instance(conn, iid, "starting", why, cid)
-        for m in _members(conn, iid, ("pending", "failed")):
-            move_member(conn, m["id"], "joining", why, cid)
-    elif kind in ("member_add", "member_replace"):
-        move_member(conn, _new_member(op), "joining", why, cid)
-    elif kind == "member_drain":
-        move_member(conn, op["member_ids"][0], "draining", why, cid)
-    elif kind == "member_remove":
-        move_member(conn, op["member_ids"][0], "removing", why, cid)
-    elif kind == "decommission":
-        instance = instances.get_instance(conn, iid, include_deleted=True)
-        if instance["status"] != "stopping":
-            move_instance(conn, iid, "stopping", why, cid)
-            audit.append_event(conn, instance, "apps.instance.deleting", {"operation_id": str(op["id"])},
-                               correlation_id=cid)
+    _apply(conn, op, KINDS[op["kind"]].on_start, f"{op['kind']} running (operation {op['id']})")
 
 
 def on_success(conn: psycopg.Connection, op: dict, outcome: dict) -> None:
-    kind, iid, cid = op["kind"], op["instance_id"], op["correlation_id"]
-    why = f"{kind} succeeded (operation {op['id']})"
-    instance = instances.get_instance(conn, iid, include_deleted=True)
-    if kind == "deploy":
-        joined = _members(conn, iid, ("joining",))
-        for m in joined:
-            move_member(conn, m["id"], "active", why, cid)
-        audit.append_event(conn, instance, "start_completed", {"operation_id": str(op["id"]), "members": len(joined)},
-                           correlation_id=cid)
-        audit.append_event(conn, instance, "healthy", {"proof": "the deploy playbook ran a job on every worker"},
-                           correlation_id=cid)
-        move_instance(conn, iid, "running", why, cid)
-    elif kind in ("member_add", "member_resume"):
-        move_member(conn, op["member_ids"][-1], "active", why, cid)
-    elif kind == "member_drain":
-        move_member(conn, op["member_ids"][0], "drained", why, cid)
-    elif kind == "member_remove":
-        move_member(conn, op["member_ids"][0], "removed", why, cid)
-    elif kind == "member_replace":
-        move_member(conn, _new_member(op), "active", why, cid)
-        move_member(conn, op["member_ids"][0], "drained", why, cid)
-        move_member(conn, op["member_ids"][0], "removed", why, cid)
-    elif kind == "reconfigure":
-        parameters = instance["parameters"] | op["params"]["request"].get("parameters", {})
-        conn.execute("UPDATE app_instances SET parameters = %s, updated_at = now() WHERE id = %s",
-                     (Jsonb(parameters), iid))
-        audit.append_event(conn, instance, "apps.instance.reconfigured", {"operation_id": str(op["id"])},
-                           correlation_id=cid)
-    elif kind in ("upgrade", "rollback"):
-        target = UUID(op["params"]["target_version_id"])
-        conn.execute("""UPDATE app_instances SET previous_version_id = app_version_id, app_version_id = %s,
-                            updated_at = now() WHERE id = %s""", (target, iid))
-        versions = conn.execute("SELECT id, version FROM app_versions WHERE id = ANY(%s)",
-                                ([instance["app_version_id"], target],)).fetchall()
-        names = {v["id"]: v["version"] for v in versions}
-        event = "apps.instance.upgraded" if kind == "upgrade" else "apps.instance.rolled_back"
-        audit.append_event(conn, instance, event,
-                           {"from": names.get(instance["app_version_id"]), "to": names.get(target)}, correlation_id=cid)
-    elif kind == "decommission":
-        for m in _members(conn, iid, ("pending", "failed") + LIVE):
-            move_member(conn, m["id"], "removed", why, cid)
-        move_instance(conn, iid, "stopped", why, cid)
-        audit.append_event(conn, instance, "apps.instance.deleted",
-                           {"operation_id": str(op["id"]), "runtime": "torn down and verified by the playbook"},
-                           correlation_id=cid)
-    elif kind == "refresh":
-        _apply_observed(conn, instance, outcome.get("observed", {}), why, cid)
-
-
-def _apply_observed(conn, instance: dict, observed: dict[str, str | None], why: str, cid: str) -> None:
-    """observed: member id -> status read from the runtime (None: unknown, left alone)."""
-    changed = 0
-    for m in _members(conn, instance["id"], LIVE + ("failed",)):
-        goal = observed.get(str(m["id"]))
-        if goal and goal != m["status"]:
-            move_member(conn, m["id"], goal, why, cid)
-            changed += 1
-    audit.append_event(conn, instance, "refresh_completed", {"observed": len(observed), "changed": changed},
-                       correlation_id=cid)
+    _apply(conn, op, KINDS[op["kind"]].on_success, f"{op['kind']} succeeded (operation {op['id']})", outcome)
 
 
 def on_failure(conn: psycopg.Connection, op: dict, reason: str) -> None:
     """What is known after a failed, timed-out, canceled-while-running or abandoned run: the members
-    the run was changing are failed with the reason; deploy and decommission fail the instance.
-    Other instance-level runs (reconfigure, upgrade, rollback, refresh) leave the instance status to
-    a refresh: the cluster kept running."""
-    kind, iid, cid = op["kind"], op["instance_id"], op["correlation_id"]
-    if kind == "deploy":
-        for m in _members(conn, iid, ("pending", "joining")):
-            move_member(conn, m["id"], "failed", reason, cid)
-        move_instance(conn, iid, "failed", reason, cid)
-    elif kind == "decommission":
-        move_instance(conn, iid, "failed", reason, cid)
-    elif kind in ("member_add", "member_replace"):
-        move_member(conn, _new_member(op), "failed", reason, cid)
-    elif kind in ("member_drain", "member_resume", "member_remove"):
-        move_member(conn, op["member_ids"][0], "failed", reason, cid)
+    the run was changing are failed with the reason; deploy and decommission fail the instance."""
+    _apply(conn, op, KINDS[op["kind"]].on_failure, reason)
 
 
 def on_cancel_queued(conn: psycopg.Connection, op: dict) -> None:
     """Nothing ran: a member created for this request never joined, so it is removed."""
-    if op["kind"] in ("member_add", "member_replace"):
-        move_member(conn, _new_member(op), "removed", "operation canceled before it ran", op["correlation_id"])
-        conn.execute("""UPDATE app_instances SET topology = (SELECT jsonb_build_object('roles', jsonb_agg(
-                            CASE WHEN r->>'name' = m.role THEN jsonb_set(r, '{desired_count}',
-                                 to_jsonb((r->>'desired_count')::int - 1)) ELSE r END))
-                          FROM jsonb_array_elements(topology->'roles') r, app_instance_members m
-                         WHERE m.id = %s) WHERE id = %s""", (_new_member(op), op["instance_id"]))
+    _apply(conn, op, KINDS[op["kind"]].on_cancel_queued, "operation canceled before it ran")
+
+
+# Named effects: what a phase does besides moving statuses --------------------------------------------
+
+def _deploy_proven(p: Phase) -> None:
+    """The deploy's members joined; the adapter's health check (when it declares one) passed as part
+    of the deploy playbook."""
+    p.event("start_completed", {"operation_id": str(p.op["id"]), "members": len(p.selected)})
+    health = (get_version_by_id(p.conn, p.instance["app_version_id"])["adapter"] or {}).get("health")
+    if health:
+        p.event("healthy", {"proof": health["proof"]})
+
+
+def _store_parameters(p: Phase) -> None:
+    parameters = p.instance["parameters"] | p.op["params"]["request"].get("parameters", {})
+    p.conn.execute("UPDATE app_instances SET parameters = %s, updated_at = now() WHERE id = %s",
+                   (Jsonb(parameters), p.instance["id"]))
+    p.event("apps.instance.reconfigured", {"operation_id": str(p.op["id"])})
+
+
+def _switch_version(event_type: str) -> Callable[[Phase], None]:
+    def switch(p: Phase) -> None:
+        target, current = UUID(p.op["params"]["target_version_id"]), p.instance["app_version_id"]
+        p.conn.execute("""UPDATE app_instances SET previous_version_id = app_version_id, app_version_id = %s,
+                              updated_at = now() WHERE id = %s""", (target, p.instance["id"]))
+        versions = p.conn.execute("SELECT id, version FROM app_versions WHERE id = ANY(%s)",
+                                  ([current, target],)).fetchall()
+        names = {v["id"]: v["version"] for v in versions}
+        p.event(event_type, {"from": names.get(current), "to": names.get(target)})
+    return switch
+
+
+def _deleting(p: Phase) -> None:
+    if p.instance["status"] != "stopping":  # a re-attempt announced it already
+        p.event("apps.instance.deleting", {"operation_id": str(p.op["id"])})
+
+
+def _deleted(p: Phase) -> None:
+    p.event("apps.instance.deleted",
+            {"operation_id": str(p.op["id"]), "runtime": "torn down and verified by the playbook"})
+
+
+def _apply_observed(p: Phase) -> None:
+    """outcome["observed"]: member id -> status read from the runtime (None: unknown, left alone)."""
+    observed: dict[str, str | None] = p.outcome.get("observed", {})
+    changed = 0
+    for m in _members(p.conn, p.instance["id"], LIVE + ("failed",)):
+        goal = observed.get(str(m["id"]))
+        if goal and goal != m["status"]:
+            move_member(p.conn, m["id"], goal, p.reason, p.op["correlation_id"])
+            changed += 1
+    p.event("refresh_completed", {"observed": len(observed), "changed": changed})
+
+
+def _uncount_created(p: Phase) -> None:
+    """The member the request created is gone: its role's desired count goes back down."""
+    for member_id in targets(p.op, KINDS[p.op["kind"]].creates):
+        p.conn.execute("""UPDATE app_instances SET topology = (SELECT jsonb_build_object('roles', jsonb_agg(
+                              CASE WHEN r->>'name' = m.role THEN jsonb_set(r, '{desired_count}',
+                                   to_jsonb((r->>'desired_count')::int - 1)) ELSE r END))
+                            FROM jsonb_array_elements(topology->'roles') r, app_instance_members m
+                           WHERE m.id = %s) WHERE id = %s""", (member_id, p.instance["id"]))
+
+
+EFFECTS: dict[str, Callable[[Phase], None]] = {
+    "deploy_proven": _deploy_proven, "store_parameters": _store_parameters,
+    "upgraded": _switch_version("apps.instance.upgraded"), "rolled_back": _switch_version("apps.instance.rolled_back"),
+    "deleting": _deleting, "deleted": _deleted, "apply_observed": _apply_observed, "uncount_created": _uncount_created,
+}
