@@ -8,6 +8,8 @@ from pathlib import Path
 
 import platformdirs
 
+from .operations.kinds import KINDS as OPERATION_KINDS
+
 
 def _state_dir() -> Path:
     """Everything the service keeps on disk lives here (GPUAAS_STATE_DIR, default the user's state dir)."""
@@ -55,11 +57,7 @@ class Settings:
 # Operations (issue 4) ----------------------------------------------------------------------------
 
 _CHECKOUT = Path(__file__).resolve().parents[2]
-DEFAULT_OPERATION_TIMEOUTS = {
-    "deploy": 3600, "member_add": 1800, "member_drain": 3600, "member_resume": 600, "member_remove": 1800,
-    "member_replace": 3600, "reconfigure": 1800, "upgrade": 3600, "rollback": 3600, "decommission": 1800,
-    "refresh": 300,
-}
+DEFAULT_OPERATION_TIMEOUTS = {k.name: k.timeout_s for k in OPERATION_KINDS.values()}
 
 
 def _default_collections_path() -> Path | None:
