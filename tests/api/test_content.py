@@ -139,6 +139,7 @@ def test_the_default_store_lives_under_the_state_dir(app, tmp_path):
     app.state.operation_settings = OperationSettings(state_dir=tmp_path / "state")
     assert content_store(app).root == tmp_path / "state" / "content"
     assert content_store(app) is content_store(app)
+    assert cc.default_cache_root(tmp_path / "state") == tmp_path / "state" / "collections"
 
 
 def test_store_operations(tmp_path):
@@ -287,6 +288,14 @@ def test_a_tampered_stored_tarball_is_refused_before_anything_is_installed(store
 def test_a_missing_tarball_is_reported(tmp_path):
     with pytest.raises(ContentMissing):
         cc.installed_collection(ContentStore(tmp_path / "c"), digest_of(b"absent"), tmp_path / "cache")
+
+
+def test_content_that_is_not_a_collection_is_refused(tmp_path, installs):
+    store = ContentStore(tmp_path / "c")
+    digest = store.put_file(Path(__file__))
+    with pytest.raises(cc.CollectionError):
+        cc.installed_collection(store, digest, tmp_path / "cache")
+    assert installs == []
 
 
 def test_two_threads_installing_one_digest_install_it_once(stored, tmp_path, installs):

@@ -38,7 +38,7 @@ class CollectionError(ContentError):
     """The tarball is not a usable collection, or installing it failed."""
 
 
-def cache_root(state_dir: Path) -> Path:
+def default_cache_root(state_dir: Path) -> Path:
     """Where the service keeps installed collections, one directory per digest."""
     return Path(state_dir) / "collections"
 
@@ -99,11 +99,12 @@ def installed_collection(store: ContentStore, digest: str, cache_root: Path) -> 
         manifest_bytes = read_collection_file(store.verify(digest), "MANIFEST.json")
         _manifest(manifest_bytes)
         _MANIFESTS[digest] = manifest_bytes
-    target = Path(cache_root) / hexdigest
+    root = Path(cache_root)
+    target = root / hexdigest
     if not _differences(target, manifest_bytes):
         return target
-    Path(cache_root).mkdir(parents=True, exist_ok=True)
-    with _locked(Path(cache_root) / f".{hexdigest}.lock"):
+    root.mkdir(parents=True, exist_ok=True)
+    with _locked(root / f".{hexdigest}.lock"):
         differences = _differences(target, manifest_bytes)  # another worker may have installed it meanwhile
         if not differences:
             return target
@@ -111,10 +112,11 @@ def installed_collection(store: ContentStore, digest: str, cache_root: Path) -> 
         if target.exists():
             log.warning("installed collection %s was altered (%s); reinstalling it from the verified tarball",
                         digest, "; ".join(differences[:5]))
-            _discard(target, Path(cache_root))
-        _install(tarball, target, Path(cache_root))
+            _discard(target, root)
+        _install(tarball, target, root)
         differences = _differences(target, manifest_bytes)
         if differences:
+            _discard(target, root)
             raise CollectionError(f"a fresh install of {digest} does not match its FILES.json: "
                                   f"{'; '.join(differences[:5])}")
     return target
