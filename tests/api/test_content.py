@@ -139,7 +139,7 @@ def test_the_default_store_lives_under_the_state_dir(app, tmp_path):
     app.state.operation_settings = OperationSettings(state_dir=tmp_path / "state")
     assert content_store(app).root == tmp_path / "state" / "content"
     assert content_store(app) is content_store(app)
-    assert cc.default_cache_root(tmp_path / "state") == tmp_path / "state" / "collections"
+    assert cc.cache_root(tmp_path / "state") == tmp_path / "state" / "collections"
 
 
 def test_store_operations(tmp_path):

@@ -38,7 +38,7 @@ class CollectionError(ContentError):
     """The tarball is not a usable collection, or installing it failed."""
 
 
-def default_cache_root(state_dir: Path) -> Path:
+def cache_root(state_dir: Path) -> Path:
     """Where the service keeps installed collections, one directory per digest."""
     return Path(state_dir) / "collections"
 
