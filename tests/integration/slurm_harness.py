@@ -30,6 +30,7 @@ TEST_HOST_VARS = {
 _venv_playbook = Path(sys.executable).parent / "ansible-playbook"
 ANSIBLE_PLAYBOOK = str(_venv_playbook) if _venv_playbook.exists() else shutil.which("ansible-playbook")
 DAEMONS = ("slurmctld", "slurmd", "munge", "slurmdbd")
+LOCAL_REPO = Path(__file__).with_name("local_repo.py")
 
 
 def ansible_env() -> dict[str, str]:
@@ -145,6 +146,26 @@ class Cluster:
         if check and proc.returncode != 0:
             raise AssertionError(f"{host}: `{command}` failed ({proc.returncode}): {proc.stdout}{proc.stderr}")
         return proc.stdout.strip()
+
+    def local_repo(self, host: str, repo: str, suffixes: list[str], groups: list[list[str]]) -> dict[str, str]:
+        """Rebuilds the host's installed packages under "<version>+<suffix>" into a flat apt repository at
+        `repo` (tests/integration/local_repo.py); returns the installed version of each package."""
+        request = json.dumps({"repo": repo, "suffixes": suffixes, "groups": groups})
+        proc = subprocess.run(
+            ["podman", "exec", "-i", self.hosts[host]["container"], "python3", "-", request],
+            input=LOCAL_REPO.read_text(), capture_output=True, text=True, timeout=600, check=False,
+        )
+        if proc.returncode != 0:
+            raise AssertionError(f"{host}: building the local repository failed: {proc.stdout}{proc.stderr}")
+        return json.loads(proc.stdout)
+
+    def package_versions(self, host: str, packages: list[str]) -> dict[str, str]:
+        out = self.sh(host, "dpkg-query --show --showformat='${Package} ${Version}\\n' " + " ".join(packages))
+        return dict(line.split() for line in out.splitlines())
+
+    def started_at(self, host: str, unit: str) -> int:
+        """When the unit last became active, in microseconds of the (shared) monotonic clock."""
+        return int(self.sh(host, f"systemctl show -p ActiveEnterTimestampMonotonic --value {unit}"))
 
     def daemon_pids(self) -> dict[tuple[str, str], str]:
         """MainPID of each Slurm-related daemon on each host ("0" when not running)."""

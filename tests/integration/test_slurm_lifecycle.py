@@ -1,11 +1,13 @@
 """The Slurm lifecycle playbooks on a real multi-host cluster: podman hosts with systemd, reached over SSH.
 
-The tests run in order and share one cluster: deploy, add, drain, resume, remove, replace, decommission.
+The tests run in order and share one cluster: deploy, reconfigure, pinned package versions, add, drain,
+resume, remove, replace, decommission.
 Each checks real Slurm state, which hosts the run touched and which daemons it restarted.
 """
 
 import threading
 import time
+from concurrent.futures import ThreadPoolExecutor
 
 import pytest
 
@@ -103,6 +105,58 @@ def test_reconfigure_changes_config_without_restarting_any_slurmd(cluster):
     assert back.rc == 0, back.output[-4000:]
     assert "debug" not in cluster.sh("ctl", "sinfo --noheader --format=%P").split()
     assert restarted(before, cluster.daemon_pids()) == set()
+
+
+# Each group is built from one source package: its members need each other's exact version.
+PINNED_GROUPS = [
+    ["munge", "libmunge2"],
+    ["slurm-wlm-basic-plugins", "slurm-client", "slurmctld", "slurmd", "slurmdbd", "slurm-wlm-mysql-plugin"],
+]
+LOCAL_REPO_LINE = "deb [trusted=yes] file:/srv/gpuaas-repo ./"
+
+
+def test_pinned_versions_upgrade_and_roll_back_exactly(cluster):
+    hosts = ["ctl", *cluster.workers]
+    # Two versions of every package, built on each host from what it has: no mirror is needed.
+    with ThreadPoolExecutor(len(hosts)) as pool:
+        installed = list(pool.map(
+            lambda h: cluster.local_repo(h, "/srv/gpuaas-repo", ["gpuaas1", "gpuaas2"], PINNED_GROUPS), hosts))[0]
+    packages = [p for group in PINNED_GROUPS for p in group]
+
+    def pins(suffix):
+        return {
+            "slurm_package_version": f"{installed['slurmctld']}+{suffix}",
+            "munge_package_version": f"{installed['munge']}+{suffix}",
+            "gpuaas_apt_repositories": [LOCAL_REPO_LINE],
+        }
+
+    # An upgrade to the newer build, then a rollback to the older one: a real downgrade.
+    for suffix in ("gpuaas2", "gpuaas1"):
+        before = cluster.daemon_pids()
+        run = cluster.playbook("slurm_reconfigure", **pins(suffix))
+        assert run.rc == 0, run.output[-4000:]
+        after = cluster.daemon_pids()
+        print(f"\nslurm_reconfigure to the +{suffix} pins: {run.seconds:.1f} s; "
+              f"daemons restarted: {sorted(restarted(before, after))}")
+        for host in hosts:
+            assert cluster.package_versions(host, packages) == {p: f"{installed[p]}+{suffix}" for p in packages}, host
+        expected = {("ctl", "slurmctld"), ("ctl", "munge")} | {
+            (w, d) for w in cluster.workers for d in ("slurmd", "munge")}
+        assert restarted(before, after) == expected
+        # Slurm's upgrade order: the controller's daemon is back before any slurmd restarts.
+        slurmctld_up = cluster.started_at("ctl", "slurmctld")
+        assert all(cluster.started_at(w, "slurmd") > slurmctld_up for w in cluster.workers)
+        assert sorted(cluster.sh("ctl", "srun --immediate=30 -N2 hostname").split()) == sorted(cluster.workers)
+        assert_unchanged_second_run(cluster, "slurm_reconfigure", **pins(suffix))
+
+    # Without pins the hosts keep what they have, and the site's repository list is gone.
+    before = cluster.daemon_pids()
+    run = cluster.playbook("slurm_reconfigure")
+    assert run.rc == 0, run.output[-4000:]
+    assert restarted(before, cluster.daemon_pids()) == set()
+    for host in hosts:
+        assert cluster.package_versions(host, packages) == {p: f"{installed[p]}+gpuaas1" for p in packages}, host
+        assert cluster.sh(host, "ls /etc/apt/sources.list.d/gpuaas.list 2>/dev/null || true") == ""
 
 
 def test_member_add_touches_only_controller_and_new_host(cluster):
