@@ -31,6 +31,11 @@ _OWNER_RE = re.compile(r"^(?P<owner>[A-Za-z0-9_.-]+): ")
 BASE_STATES_BUSY = ("ALLOCATED", "MIXED", "COMPLETING")
 RUNNING_JOB_STATES = "RUNNING,COMPLETING,SUSPENDED"
 
+# Slurm's state words behind a member's state in the platform's words (see member_state()). scontrol
+# spells FAIL on an allocated node FAILING.
+_STATES_FAILED = frozenset(("DOWN", "FAIL", "FAILING", "NOT_RESPONDING"))
+_STATES_ACTIVE = frozenset(("IDLE", "MIXED", "ALLOCATED", "COMPLETING"))
+
 
 class SlurmError(Exception):
     """A Slurm command failed; str() is a message fit for fail_json."""
@@ -169,6 +174,34 @@ def node_summary(fields, job_ids):
         "running_jobs": len(job_ids),
         "job_ids": list(job_ids),
     }
+
+
+def member_state(state, running_jobs=0):
+    """A node's Slurm state (scontrol's ``State``, e.g. 'MIXED+DRAIN'; None for a node Slurm does not
+    know) in the platform's words. First match wins:
+
+    * DOWN, FAIL or NOT_RESPONDING (sinfo's ``*`` suffix), or a node Slurm does not know -> 'failed'
+    * DRAIN while IDLE with nothing running -> 'drained'; DRAIN otherwise -> 'draining'
+    * IDLE, MIXED, ALLOCATED, COMPLETING -> 'active'
+    * anything else -> 'failed'
+    """
+    if state is None:
+        return "failed"
+    base, flags = split_state(state.upper())
+    if base.endswith("*"):
+        base, flags = base.rstrip("*"), flags + ["NOT_RESPONDING"]
+    words = set([base] + flags)
+    if words & _STATES_FAILED:
+        return "failed"
+    if "DRAIN" in words:
+        idle = base == "IDLE" and "COMPLETING" not in words and not running_jobs
+        return "drained" if idle else "draining"
+    return "active" if base in _STATES_ACTIVE else "failed"
+
+
+def node_name_of(host):
+    """The Slurm node name the roles give an inventory host by default: its name up to the first dot."""
+    return host.split(".", 1)[0]
 
 
 def owned_reason(owner, reason):

@@ -14,6 +14,8 @@ version_added: "0.1.0"
 description:
   - Reads C(scontrol show config), C(scontrol show -o partition), C(scontrol show -o node) and C(squeue)
     and returns the cluster as structured data. Changes nothing.
+  - With O(members), also returns RV(member_states), each member's state in the platform's words, so the
+    control service maps no Slurm state itself.
   - Written for Slurm 22.05 (Debian 12); run it where C(scontrol) reaches the controller.
 author:
   - gpuaas.apps developers (@gpuaas)
@@ -22,6 +24,14 @@ options:
     description:
       - Path of the slurm.conf the Slurm commands use (exported as E(SLURM_CONF)). Default is Slurm's own.
     type: path
+  members:
+    description:
+      - Inventory host names of the members to report in RV(member_states), as the control service names
+        members; a comma-separated string is accepted too.
+      - A member's Slurm node is the one named like the host up to its first dot (how the roles name nodes
+        by default).
+    type: list
+    elements: str
 attributes:
   check_mode:
     description: Can run in check mode and report what would change without changing anything.
@@ -40,6 +50,15 @@ EXAMPLES = r"""
 - name: Fail when a worker is missing
   ansible.builtin.assert:
     that: "'gpu07' in (slurm.nodes | map(attribute='name'))"
+
+- name: Read the members' states in the platform's words
+  gpuaas.apps.slurm_info:
+    members: [gpu07.example.org, gpu08.example.org]
+  register: slurm
+
+- name: Fail unless every member is active
+  ansible.builtin.assert:
+    that: slurm.member_states.values() | reject('eq', 'active') | list | length == 0
 """
 
 RETURN = r"""
@@ -124,6 +143,16 @@ nodes:
   sample:
     - {name: gpu01, state: IDLE, cpus: 2, real_memory: 1000, gres: "gpu:2", features: [a100],
        reason: "", reason_owner: null, partitions: [gpu], running_jobs: 0, drained: false}
+member_states:
+  description:
+    - Each member of O(members) (the host name as given) and its state, one of V(active), V(draining),
+      V(drained), V(failed), from its Slurm node's state. First match wins.
+    - V(failed) for DOWN, FAIL or NOT_RESPONDING (sinfo's C(*)); V(drained) for DRAIN while IDLE with nothing
+      running; V(draining) for any other DRAIN; V(active) for IDLE, MIXED, ALLOCATED, COMPLETING; V(failed)
+      for a node Slurm does not know and for any other state.
+  returned: when O(members) is given
+  type: dict
+  sample: {gpu01.example.org: active, gpu02.example.org: drained, gpu03.example.org: failed}
 """
 
 from ansible.module_utils.basic import AnsibleModule  # noqa: E402 - Ansible modules import after their docs
@@ -132,6 +161,8 @@ from ansible_collections.gpuaas.apps.plugins.module_utils.slurm import (  # noqa
     SlurmError,
     SlurmRunner,
     expand_hostlist,
+    member_state,
+    node_name_of,
     node_summary,
     parse_config,
     parse_nodes,
@@ -189,6 +220,16 @@ def node_info(fields, job_ids):
     }
 
 
+def member_states(members, nodes):
+    """{member: state in the platform's words} for each inventory host name, from node_info() entries."""
+    by_name = dict((n["name"], n) for n in nodes)
+    states = {}
+    for member in members:
+        node = by_name.get(node_name_of(member))
+        states[member] = member_state(node["state"], node["running_jobs"]) if node else member_state(None)
+    return states
+
+
 def gather(runner):
     config = parse_config(runner.run("scontrol", ["show", "config"])[1])
     partitions = parse_partitions(runner.run("scontrol", ["show", "-o", "partition"])[1])
@@ -204,9 +245,16 @@ def gather(runner):
 
 
 def main():
-    module = AnsibleModule(argument_spec=dict(slurm_conf=dict(type="path")), supports_check_mode=True)
+    module = AnsibleModule(
+        argument_spec=dict(slurm_conf=dict(type="path"), members=dict(type="list", elements="str")),
+        supports_check_mode=True,
+    )
     try:
-        module.exit_json(changed=False, **gather(SlurmRunner(module, module.params["slurm_conf"])))
+        info = gather(SlurmRunner(module, module.params["slurm_conf"]))
+        if module.params["members"] is not None:
+            members = [m.strip() for m in module.params["members"] if m.strip()]
+            info["member_states"] = member_states(members, info["nodes"])
+        module.exit_json(changed=False, **info)
     except SlurmError as error:
         module.fail_json(msg=str(error), rc=error.rc, stdout=error.stdout, stderr=error.stderr)
 

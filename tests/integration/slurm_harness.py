@@ -29,6 +29,7 @@ TEST_HOST_VARS = {
 # The ansible-playbook of the Python running the tests (the project venv), else the one on PATH.
 _venv_playbook = Path(sys.executable).parent / "ansible-playbook"
 ANSIBLE_PLAYBOOK = str(_venv_playbook) if _venv_playbook.exists() else shutil.which("ansible-playbook")
+ANSIBLE = str(Path(ANSIBLE_PLAYBOOK).with_name("ansible")) if ANSIBLE_PLAYBOOK else None
 DAEMONS = ("slurmctld", "slurmd", "munge", "slurmdbd")
 LOCAL_REPO = Path(__file__).with_name("local_repo.py")
 
@@ -134,6 +135,16 @@ class Cluster:
         }
         (self.workdir / f"{name}-{int(time.time() * 1000)}.log").write_text(output)
         return PlaybookRun(proc.returncode, output, seconds, recap)
+
+    def module(self, host: str, name: str, **args) -> dict:
+        """Runs module gpuaas.apps.<name> on one host of the cluster's inventory; returns its result."""
+        cmd = [ANSIBLE, "-i", str(self.inventory()), host, "-o", "-m", f"gpuaas.apps.{name}", "-a", json.dumps(args)]
+        proc = subprocess.run(cmd, capture_output=True, text=True, env=ansible_env(), timeout=300, check=False)
+        # One line per host: "<host> | SUCCESS => {...}"
+        head, _, result = proc.stdout.partition(" => ")
+        if proc.returncode != 0 or "SUCCESS" not in head:
+            raise AssertionError(f"{name} on {host} failed ({proc.returncode}): {proc.stdout}{proc.stderr}")
+        return json.loads(result)
 
     def sh(self, host: str, command: str, check: bool = True, timeout: float = 120) -> str:
         proc = subprocess.run(

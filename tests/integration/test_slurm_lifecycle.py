@@ -187,6 +187,9 @@ def test_drain_waits_for_the_running_job_and_new_work_lands_elsewhere(cluster):
     )
     drain.start()
     assert cluster.wait_node_state("w2", {"drng"}) == "drng"
+    # The status read-back in the platform's words, as a refresh reads it.
+    info = cluster.module("ctl", "slurm_info", members=["w1", "w2"])
+    assert info["member_states"] == {"w1": "active", "w2": "draining"}
     landed = cluster.sh("ctl", "srun --immediate=30 -N1 hostname")
     assert landed != "w2"
     assert cluster.sh("ctl", f"squeue --noheader --jobs={job} --format=%T") == "RUNNING"
@@ -198,6 +201,8 @@ def test_drain_waits_for_the_running_job_and_new_work_lands_elsewhere(cluster):
         "drain returned before the job ended"
     )
     assert cluster.node_states()["w2"] == "drain"
+    info = cluster.module("ctl", "slurm_info", members="w1,w2,gone")
+    assert info["member_states"] == {"w1": "active", "w2": "drained", "gone": "failed"}
     reason = cluster.sh("ctl", "sinfo --noheader --Node --nodes=w2 --format=%E")
     assert reason.startswith("gpuaas: ")
     assert run.hosts_touched == {"ctl"}

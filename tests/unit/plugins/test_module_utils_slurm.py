@@ -151,3 +151,55 @@ def test_hostlist_edge_cases():
     assert slurm.expand_hostlist("") == []
     assert slurm.expand_hostlist("gpu01") == ["gpu01"]
     assert slurm.expand_hostlist("n[1,3]") == ["n1", "n3"]
+
+
+@pytest.mark.parametrize(
+    ("fixture", "running_jobs", "expected"),
+    [
+        ("node_idle", 0, "active"),
+        ("node_mixed", 1, "active"),
+        ("node_draining_mixed", 1, "draining"),
+        ("node_draining_allocated", 2, "draining"),
+        ("node_drained", 0, "drained"),
+        ("node_drained_foreign", 0, "drained"),
+        ("node_down", 0, "failed"),
+        ("node_down_drain", 0, "failed"),
+        ("node_resumed_not_responding", 0, "failed"),
+    ],
+)
+def test_member_state_of_recorded_nodes(fixture, running_jobs, expected):
+    assert slurm.member_state(node(fixture)["State"], running_jobs) == expected
+
+
+@pytest.mark.parametrize(
+    ("state", "running_jobs", "expected"),
+    [
+        # failure words win over everything else, first match
+        ("IDLE+DRAIN+NOT_RESPONDING", 0, "failed"),
+        ("ALLOCATED+FAIL", 1, "failed"),
+        ("MIXED+FAILING", 1, "failed"),
+        ("idle*", 0, "failed"),
+        ("DOWN*+DRAIN", 0, "failed"),
+        # drained only while idle with nothing running
+        ("IDLE+DRAIN", 1, "draining"),
+        ("IDLE+COMPLETING+DRAIN", 0, "draining"),
+        ("COMPLETING+DRAIN", 0, "draining"),
+        ("idle+drain", 0, "drained"),
+        ("ALLOCATED", 3, "active"),
+        ("COMPLETING", 0, "active"),
+        ("IDLE+COMPLETING", 0, "active"),
+        ("IDLE+POWERED_DOWN", 0, "active"),
+        # anything else is not a member that works
+        ("UNKNOWN", 0, "failed"),
+        ("FUTURE", 0, "failed"),
+        ("", 0, "failed"),
+        (None, 0, "failed"),
+    ],
+)
+def test_member_state_maps_slurm_words_first_match_wins(state, running_jobs, expected):
+    assert slurm.member_state(state, running_jobs) == expected
+
+
+def test_node_name_of_a_host_is_its_name_up_to_the_first_dot():
+    assert slurm.node_name_of("gpu01.rack2.example.org") == "gpu01"
+    assert slurm.node_name_of("w1") == "w1"

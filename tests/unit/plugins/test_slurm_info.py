@@ -54,3 +54,38 @@ def test_info_from_recorded_cluster():
 def test_jobs_per_node_expands_host_lists():
     rows = [{"job_id": "5", "nodes": "gpu[01-02]"}, {"job_id": "6", "nodes": "gpu02"}]
     assert slurm_info.jobs_per_node(rows) == {"gpu01": ["5"], "gpu02": ["5", "6"]}
+
+
+def recorded_cluster(nodes_fixture):
+    return ReplaySlurm(
+        {
+            ("scontrol", "config"): [recorded("config")],
+            ("scontrol", "partition"): [recorded("partitions")],
+            ("scontrol", "node"): [recorded(nodes_fixture)],
+            ("squeue",): [recorded("squeue_all_running")],
+        }
+    )
+
+
+def test_member_states_in_the_platforms_words():
+    # gpu01 runs two jobs (MIXED); a member Slurm does not know is failed.
+    result = run_module(
+        slurm_info.main, {"members": ["gpu01.example.org", "gpu09.example.org"]}, recorded_cluster("nodes_all_mixed")
+    ).result
+    assert result["member_states"] == {"gpu01.example.org": "active", "gpu09.example.org": "failed"}
+    assert [n["name"] for n in result["nodes"]] == ["gpu01"]  # the other returns stay as they are
+
+
+def test_members_as_a_comma_separated_string():
+    result = run_module(slurm_info.main, {"members": "gpu01, gpu02"}, recorded_cluster("node_draining_mixed")).result
+    assert result["member_states"] == {"gpu01": "draining", "gpu02": "failed"}
+
+
+def test_no_member_states_without_members():
+    assert "member_states" not in run_module(slurm_info.main, {}, recorded_cluster("node_idle")).result
+
+
+def test_member_states_reads_running_jobs_for_drained():
+    # IDLE+DRAIN, but squeue still lists jobs on gpu01: not drained yet.
+    result = run_module(slurm_info.main, {"members": ["gpu01"]}, recorded_cluster("node_drained")).result
+    assert result["member_states"] == {"gpu01": "draining"}
