@@ -56,13 +56,7 @@ class Settings:
 
 # Operations (issue 4) ----------------------------------------------------------------------------
 
-_CHECKOUT = Path(__file__).resolve().parents[2]
 DEFAULT_OPERATION_TIMEOUTS = {k.name: k.timeout_s for k in OPERATION_KINDS.values()}
-
-
-def _default_collections_path() -> Path | None:
-    built = _CHECKOUT / "build" / "collections"
-    return built if built.is_dir() else None
 
 
 def _timeouts() -> dict[str, int]:
@@ -83,8 +77,6 @@ def _env_path(name: str) -> Path | None:
 @dataclass(frozen=True)
 class OperationSettings:
     state_dir: Path = field(default_factory=_state_dir)
-    collections_path: Path | None = field(default_factory=lambda: _env_path("GPUAAS_COLLECTIONS_PATH")
-                                          or _default_collections_path())
     ssh_private_key_file: Path | None = field(default_factory=lambda: _env_path("GPUAAS_SSH_PRIVATE_KEY_FILE"))
     ssh_host_key_checking: bool = field(default_factory=lambda: os.environ.get(
         "GPUAAS_SSH_HOST_KEY_CHECKING", "true").lower() not in ("0", "false", "no"))

@@ -9,7 +9,6 @@ steps one by one and checks the real Slurm state after each.
 from __future__ import annotations
 
 import contextlib
-import hashlib
 import json
 import os
 import secrets
@@ -26,60 +25,11 @@ from pathlib import Path
 import httpx
 
 from . import testhosts
+from .catalog.register import register
 
-SLURM_ROLES = [{"name": "controller", "min": 1, "max": 1}, {"name": "worker", "min": 1, "max": 64}]
-SLURM_ACTIONS = {
-    "deploy": "gpuaas.apps.slurm_deploy",
-    "member_add": "gpuaas.apps.slurm_member_add",
-    "member_drain": "gpuaas.apps.slurm_member_drain",
-    "member_resume": "gpuaas.apps.slurm_member_resume",
-    "member_remove": "gpuaas.apps.slurm_member_remove",
-    "member_replace": "gpuaas.apps.slurm_member_replace",
-    "reconfigure": "gpuaas.apps.slurm_reconfigure",
-    "upgrade": "gpuaas.apps.slurm_reconfigure",
-    "rollback": "gpuaas.apps.slurm_reconfigure",
-    "decommission": "gpuaas.apps.slurm_decommission",
-}
-# What a tenant may set on a Slurm instance (JSON Schema; anything else is refused). The role
-# variables' meaning is in roles/slurm_controller/meta/argument_specs.yml.
-SLURM_PARAMETERS = {"type": "object", "additionalProperties": False, "properties": {
-    "slurm_controller_proctrack_type": {"enum": ["proctrack/cgroup", "proctrack/linuxproc"],
-                                        "description": "ProctrackType; unprivileged containers need linuxproc"},
-    "slurm_controller_task_plugin": {"enum": ["task/cgroup,task/affinity", "task/cgroup", "task/affinity",
-                                              "task/none"], "description": "TaskPlugin"},
-    "slurm_controller_select_type_parameters": {"enum": ["CR_Core", "CR_Core_Memory", "CR_CPU", "CR_CPU_Memory"]},
-    "slurm_controller_return_to_service": {"type": "integer", "minimum": 0, "maximum": 2},
-    "slurm_controller_partitions": {"type": "array", "minItems": 1, "maxItems": 32, "items": {
-        "type": "object", "additionalProperties": False, "required": ["name"], "properties": {
-            "name": {"type": "string", "pattern": "^[A-Za-z0-9_-]{1,32}$"},
-            "nodes": {"type": "string", "pattern": r"^(ALL|[A-Za-z0-9_.,\[\]-]{1,512})$"},
-            "default": {"type": "boolean"},
-            "max_time": {"type": "string",
-                         "pattern": "^(INFINITE|UNLIMITED|[0-9]{1,7}(-[0-9]{1,2})?(:[0-9]{2}){0,2})$"},
-        }}},
-    "gpuaas_apt_cache_valid_time": {"type": "integer", "minimum": 0, "maximum": 31536000,
-                                    "description": "seconds an apt cache counts as fresh"},
-}}
-# Everything Slurm-specific the platform needs, as data of the app version (seed 004: no scheduler
-# branches in core). Node states map onto member statuses, first matching rule wins.
-SLURM_PROFILE = {
-    "ansible": {
-        "groups": {"controller": ["slurm_controller"], "worker": ["slurm_workers"]},
-        "operation_vars": {"members": "slurm_members", "old": "slurm_member_old", "new": "slurm_member_new"},
-        "action_vars": {"upgrade": {"gpuaas_package_state": "latest"}},
-        "secrets": {"munge_key": {"random_bytes": 96}},
-        "status": {"module": "gpuaas.apps.slurm_info", "role": "controller", "node_roles": ["worker"],
-                   "rules": [{"all": ["DOWN"], "status": "failed"},
-                             {"all": ["FAIL"], "status": "failed"},
-                             {"all": ["NOT_RESPONDING"], "status": "failed"},
-                             {"all": ["DRAIN", "IDLE"], "status": "drained"},
-                             {"all": ["DRAIN"], "status": "draining"},
-                             {"all": ["IDLE"], "status": "active"},
-                             {"all": ["MIXED"], "status": "active"},
-                             {"all": ["ALLOCATED"], "status": "active"},
-                             {"all": ["COMPLETING"], "status": "active"}]},
-    },
-}
+# This checkout's collection: the demo registers its build.
+COLLECTION = Path(__file__).resolve().parents[2]
+
 # The test hosts are unprivileged containers: Slurm's cgroup plugins cannot start there.
 TEST_HOST_PARAMETERS = {
     "slurm_controller_proctrack_type": "proctrack/linuxproc",
@@ -103,7 +53,8 @@ class Api:
     token: str | None = None
 
     def __post_init__(self):
-        self.http = httpx.Client(base_url=self.base_url, timeout=30)
+        auth = {"Authorization": f"Bearer {self.token}"} if self.token else {}
+        self.http = httpx.Client(base_url=self.base_url, timeout=120, headers=auth)
 
     def call(self, method: str, path: str, body: dict | None = None, expect: tuple[int, ...] = (200, 201, 202),
              headers: dict | None = None) -> dict:
@@ -187,21 +138,12 @@ class Demo:
             self.say(f"allocation {pool}: {', '.join(members)}")
 
     def register_slurm_app(self) -> None:
-        """The Slurm app, its artifact pinned by the digest of this collection's build, promoted to active."""
-        a = self.admin
-        digest = _collection_digest()
-        a.post("/v1/catalog/apps", {"slug": "slurm", "display_name": "Slurm", "runtime_backend": "slurm"})
-        artifact = a.post("/v1/catalog/apps/slurm/artifacts", {
-            "kind": "controller", "reference": f"localhost/gpuaas/apps-collection:0.1.0@sha256:{digest}"})["id"]
-        for to in ("staged", "canary", "active"):
-            a.post(f"/v1/catalog/artifacts/{artifact}/transitions", {"to": to, "reason": "demo: checks passed"})
-        a.post("/v1/catalog/apps/slurm/versions", {
-            "version": "22.05.8", "artifact_id": artifact, "runtime_profile": SLURM_PROFILE,
-            "compatibility": {"requires_capacity_shape": ["baremetal"], "min_gpu_count": 0, "multi_node": True},
-            "adapter": {"roles": SLURM_ROLES, "actions": SLURM_ACTIONS, "parameters": SLURM_PARAMETERS}})
-        a.post("/v1/catalog/apps/slurm/versions/22.05.8/transitions", {"to": "active", "reason": "demo release"})
-        a.post(f"/v1/projects/{self.ids['project']}/entitlements", {"app_slug": "slurm"})
-        self.say(f"catalog: slurm 22.05.8, artifact sha256:{digest[:12]}… active; project entitled")
+        """The apps this collection describes (adapters/*.yml), registered the way an operator does it
+        (`gpuaas apps register`): the build uploaded by digest, promoted to active; the project entitled."""
+        registered = register(self.admin.http, COLLECTION, activate=True, reason="demo: checks passed")
+        slurm = next(r for r in registered if r.app == "slurm")
+        self.admin.post(f"/v1/projects/{self.ids['project']}/entitlements", {"app_slug": "slurm"})
+        self.say(f"catalog: slurm {slurm.version}, collection {slurm.digest[:19]}… active; project entitled")
 
     # -- the tenant's automation (service account) -----------------------------------------------
 
@@ -395,15 +337,3 @@ def _fernet_key() -> str:
     from cryptography.fernet import Fernet
 
     return Fernet.generate_key().decode()
-
-
-def _collection_digest() -> str:
-    """sha256 of this checkout's collection as `ansible-galaxy collection build` packs it."""
-    root = Path(__file__).resolve().parents[2]
-    with tempfile.TemporaryDirectory() as out:
-        subprocess.run([str(Path(sys.executable).parent / "ansible-galaxy"), "collection", "build", "--output-path",
-                        out, str(root)], check=True, capture_output=True)
-        (tarball,) = Path(out).glob("*.tar.gz")
-        return hashlib.sha256(tarball.read_bytes()).hexdigest()
-
-

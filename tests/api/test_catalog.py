@@ -120,19 +120,35 @@ def test_retiring_is_refused_while_an_instance_references_the_artifact(world):
     assert r.json()["error"]["code"] == "artifact_retired"
 
 
-def test_adapter_descriptor_is_validated(world):
+# Adapter specs the catalog refuses, each with the words its 422 must contain.
+BAD_SPECS = [
+    ({"roles": [{"name": "controller", "min": 2, "max": 1}]}, "min must not exceed max"),
+    ({"actions": {"deploy": "gpuaas.apps.slurm_deploy"}}, "actions must include ['decommission']"),
+    ({"actions": {"deploy": "not a playbook", "decommission": "gpuaas.apps.d"}}, "String should match pattern"),
+    ({"targets": {"members": "slurm_members"}}, "action member_replace needs targets.old and targets.new"),
+    ({"status": {"module": "gpuaas.apps.slurm_info", "role": "scheduler"}}, "status names role 'scheduler'"),
+    ({"secrets": {"slurm_members": {"kind": "token"}}}, "a secret and a target variable share a name"),
+    ({"vars": {"ansible_connection": "local"}}, "vars sets 'ansible_connection'"),
+    ({"secrets": {"munge_key": {"kind": "password"}}}, "Input should be 'random_bytes'"),
+]
+
+
+@pytest.mark.parametrize(("change", "words"), BAD_SPECS)
+def test_adapter_spec_is_validated(world, change, words):
     artifact = new_artifact(world)
-    bad = {"roles": [{"name": "controller", "min": 2, "max": 1}], "actions": {"deploy": "gpuaas.apps.x"}}
-    r = world.call("platform_admin", "POST", "/v1/catalog/apps/slurm/versions", 422, json={
-        "version": "bad", "artifact_id": artifact["id"], "compatibility": SLURM_COMPAT, "adapter": bad})
-    assert r.json()["error"]["code"] == "validation_error"
     r = world.call("platform_admin", "POST", "/v1/catalog/apps/slurm/versions", 422, json={
         "version": "bad", "artifact_id": artifact["id"], "compatibility": SLURM_COMPAT,
-        "adapter": SLURM_ADAPTER | {"actions": {"deploy": "not.a.playbook", "decommission": "gpuaas.apps.d"}}})
-    assert r.status_code == 422
+        "adapter": SLURM_ADAPTER | change})
+    assert r.json()["error"]["code"] == "validation_error"
+    assert words in r.text, r.text
+
+
+def test_the_shipped_slurm_spec_is_stored_typed(world):
     got = world.call("tenant_admin", "GET", "/v1/catalog/apps/slurm/versions/1.0.0", 200).json()["adapter"]
-    assert got["roles"][1] == {"name": "worker", "min": 1, "max": 64, "description": ""}
+    assert got["roles"][1] | {"description": ""} == {"name": "worker", "min": 1, "max": 64, "groups": ["slurm_workers"],
+                                                     "exclusive": False, "description": ""}
     assert got["actions"]["member_add"] == "gpuaas.apps.slurm_member_add"
+    assert got["status"]["module"] == "gpuaas.apps.slurm_info"
 
 
 def test_catalog_lists(world):

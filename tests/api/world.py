@@ -5,17 +5,17 @@ allocations and an instance per project."""
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 
-from gpuaas_api.demo import SLURM_ACTIONS, SLURM_PARAMETERS, SLURM_ROLES
+import yaml
+from gpuaas_api.catalog.adapter import AppDescriptor
 from gpuaas_api.iam.service import bootstrap_platform_admin
 
 DIGEST = "sha256:" + "ab" * 32
-SLURM_ADAPTER = {
-    "roles": SLURM_ROLES,
-    "actions": SLURM_ACTIONS,
-    "parameters": SLURM_PARAMETERS,
-}
+# The Slurm app's adapter spec, as the collection ships it.
+SLURM_ADAPTER = AppDescriptor.model_validate(yaml.safe_load(
+    (Path(__file__).resolve().parents[2] / "adapters" / "slurm.yml").read_text())).spec().model_dump(mode="json")
 SLURM_COMPAT = {"requires_capacity_shape": ["baremetal", "gpu_slice"], "min_gpu_count": 1,
                 "requires_exclusive_node": False, "multi_node": True}
 

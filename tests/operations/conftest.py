@@ -1,6 +1,6 @@
 """Fixtures for the operations tests: the API tests' embedded PostgreSQL and world (reused from
-tests/api), a test collection `gpuaas.apps` whose playbooks are the small real playbooks under
-tests/operations/playbooks, a test app whose adapter points at them, and in-process workers.
+tests/api), the test app (a collection of its own under tests/apps/opsapp, registered through the
+API like any app, so every run executes its build by digest), and in-process workers.
 
 Every run here is a real ansible-runner process running a real playbook on localhost; only the
 Slurm cluster is absent (the lead's end-to-end test covers real hosts)."""
@@ -23,24 +23,13 @@ from api import conftest as api_fixtures
 
 from .helpers import TEST_APP, publish_test_app
 
-HERE = Path(__file__).parent
 # The API tests' fixtures, reused: embedded PostgreSQL, per-test database clone, client.
 pg_uri, db_url, database, client = api_fixtures.pg_uri, api_fixtures.db_url, api_fixtures.database, api_fixtures.client
 
 
-@pytest.fixture(scope="session")
-def collections_path(tmp_path_factory) -> Path:
-    root = tmp_path_factory.mktemp("collections")
-    coll = root / "ansible_collections" / "gpuaas" / "apps"
-    (coll / "plugins").mkdir(parents=True)
-    (coll / "playbooks").symlink_to(HERE / "playbooks")
-    (coll / "plugins" / "modules").symlink_to(HERE / "modules")
-    return root
-
-
 @pytest.fixture
-def op_settings(tmp_path, collections_path) -> OperationSettings:
-    return OperationSettings(state_dir=tmp_path / "state", collections_path=collections_path,
+def op_settings(tmp_path) -> OperationSettings:
+    return OperationSettings(state_dir=tmp_path / "state",
                              ssh_private_key_file=None, ssh_host_key_checking=False,
                              secret_key=Fernet.generate_key().decode(), lease_seconds=3, max_attempts=2,
                              poll_seconds=0.2, timeouts=dict(DEFAULT_OPERATION_TIMEOUTS))

@@ -2,65 +2,45 @@
 
 from __future__ import annotations
 
+import functools
+import shutil
+import tempfile
 import time
 from collections.abc import Callable
 from pathlib import Path
 
-from api.world import DIGEST, World
+import yaml
+from api.world import World
+from fastapi.testclient import TestClient
+from gpuaas_api.catalog.register import build, register
 
-TEST_APP = "opsapp"
-ROLES = [{"name": "controller", "min": 1, "max": 1}, {"name": "worker", "min": 1, "max": 8}]
-KINDS = ["deploy", "member_add", "member_drain", "member_resume", "member_remove", "member_replace",
-         "reconfigure", "upgrade", "rollback", "decommission"]
-# What a tenant may set on the test app (everything else is refused with a 422).
-PARAMETERS = {"type": "object", "additionalProperties": False, "properties": {
-    "marker_dir": {"type": "string", "minLength": 1, "maxLength": 500, "description": "where the playbook records"},
-    "fail_step": {"enum": KINDS, "description": "fail this step on purpose"},
-    "leak_secret": {"type": "boolean"},
-    "round": {"type": "integer", "minimum": 0, "maximum": 1000},
-    "message": {"type": "string", "maxLength": 2000, "description": "free text the playbook writes down"},
-    "labels": {"type": "object", "maxProperties": 16, "additionalProperties": {"type": "string"},
-               "description": "free-form key=value pairs the playbook writes down"},
-}}
-COMPAT = {"requires_capacity_shape": ["baremetal"], "min_gpu_count": 1, "requires_exclusive_node": False,
-          "multi_node": True}
+# The test app is a collection of its own under tests/apps (its descriptor, playbook and status
+# module): the second adapter, registered through the API like any app.
+OPSAPP = Path(__file__).resolve().parents[1] / "apps" / "opsapp"
+DESCRIPTOR = yaml.safe_load((OPSAPP / "adapters" / "opsapp.yml").read_text())
+TEST_APP = DESCRIPTOR["app"]["slug"]
+KINDS = list(DESCRIPTOR["actions"])
+PARAMETERS = DESCRIPTOR["parameters"]
+_BUILDS = Path(tempfile.mkdtemp(prefix="gpuaas-opsapp-builds-"))
 
 
-def profile(version: str) -> dict:
-    """Everything adapter-specific lives here, as it would for Slurm (see docs/operations.md)."""
-    return {
-        "extra_vars": {"app_version": version},
-        "ansible": {
-            "groups": {"controller": ["test_controller"], "worker": ["test_workers"]},
-            "operation_vars": {"members": "test_members", "old": "test_old", "new": "test_new"},
-            "action_vars": {k: {"step": k} for k in KINDS},
-            "secrets": {"munge_key": {"random_bytes": 96}},
-            "status": {"module": "gpuaas.apps.fake_nodes", "module_args": "path={{ marker_dir }}/nodes.json",
-                       "role": "controller", "node_roles": ["worker"],
-                       "rules": [{"all": ["DOWN"], "status": "failed"},
-                                 {"all": ["DRAIN", "IDLE"], "status": "drained"},
-                                 {"all": ["DRAIN"], "status": "draining"},
-                                 {"all": ["IDLE"], "status": "active"}, {"all": ["MIXED"], "status": "active"},
-                                 {"all": ["ALLOCATED"], "status": "active"}]},
-        },
-    }
+@functools.cache
+def opsapp_build(version: str) -> Path:
+    """The test app's collection built as `version` (its descriptor and collection versions set)."""
+    source = _BUILDS / f"src-{version}"
+    shutil.copytree(OPSAPP, source)
+    descriptor = dict(DESCRIPTOR, version=version, vars=DESCRIPTOR["vars"] | {"app_version": version})
+    (source / "adapters" / "opsapp.yml").write_text(yaml.safe_dump(descriptor))
+    galaxy = yaml.safe_load((source / "galaxy.yml").read_text()) | {"version": version}
+    (source / "galaxy.yml").write_text(yaml.safe_dump(galaxy))
+    return build(source, Path(tempfile.mkdtemp(dir=_BUILDS)))
 
 
 def publish_test_app(w: World, version: str = "1.0.0") -> dict:
-    pa = "platform_admin"
-    if w.client.get(f"/v1/catalog/apps/{TEST_APP}", headers=w.headers(pa)).status_code == 404:
-        w.call(pa, "POST", "/v1/catalog/apps", 201, json={"slug": TEST_APP, "display_name": "Ops test app",
-                                                          "runtime_backend": "bare_metal"})
-    artifact = w.call(pa, "POST", f"/v1/catalog/apps/{TEST_APP}/artifacts", 201, json={
-        "kind": "controller", "reference": f"registry.example.com/gpuaas/{TEST_APP}:{version}@{DIGEST}"}).json()
-    for target in ("staged", "canary", "active"):
-        w.call(pa, "POST", f"/v1/catalog/artifacts/{artifact['id']}/transitions", 200,
-               json={"to": target, "reason": "tests"})
-    w.call(pa, "POST", f"/v1/catalog/apps/{TEST_APP}/versions", 201, json={
-        "version": version, "artifact_id": artifact["id"], "compatibility": COMPAT, "runtime_profile": profile(version),
-        "adapter": {"roles": ROLES, "actions": {k: "gpuaas.apps.step" for k in KINDS}, "parameters": PARAMETERS}})
-    return w.call(pa, "POST", f"/v1/catalog/apps/{TEST_APP}/versions/{version}/transitions", 200,
-                  json={"to": "active", "reason": "publish"}).json()
+    """Registers the test app's build of `version` as the platform admin (`gpuaas apps register`)."""
+    admin = TestClient(w.client.app, headers=w.headers("platform_admin"))
+    (registered,) = register(admin, opsapp_build(version), activate=True, reason="tests")
+    return w.call("platform_admin", "GET", f"/v1/catalog/apps/{TEST_APP}/versions/{registered.version}", 200).json()
 
 
 def make_instance(ops, name: str, *, workers: int = 2, allocation: str = "alloc_ops", actor: str = "service_account",

@@ -187,7 +187,7 @@ def test_timeout_stops_the_run_and_fails_truthfully(ops):
 def worker_process(ops, log_path: Path, name: str) -> subprocess.Popen:
     env = os.environ | {
         "DATABASE_URL": ops.db_url, "GPUAAS_STATE_DIR": str(ops.settings.state_dir),
-        "GPUAAS_COLLECTIONS_PATH": str(ops.settings.collections_path), "GPUAAS_SECRET_KEY": ops.settings.secret_key,
+        "GPUAAS_SECRET_KEY": ops.settings.secret_key,
         "GPUAAS_LEASE_SECONDS": str(ops.settings.lease_seconds), "GPUAAS_MAX_ATTEMPTS": "2",
         "GPUAAS_WORKER_POLL_SECONDS": "0.2"}
     return subprocess.Popen([sys.executable, "-m", "gpuaas_api.cli", "--log-level", "DEBUG", "worker", "--name", name],

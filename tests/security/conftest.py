@@ -8,6 +8,5 @@ from operations import conftest as ops_fixtures
 
 pg_uri, db_url, database, client = (ops_fixtures.pg_uri, ops_fixtures.db_url, ops_fixtures.database,
                                     ops_fixtures.client)
-collections_path, op_settings, app, ops = (ops_fixtures.collections_path, ops_fixtures.op_settings,
-                                           ops_fixtures.app, ops_fixtures.ops)
+op_settings, app, ops = ops_fixtures.op_settings, ops_fixtures.app, ops_fixtures.ops
 _no_stray_env = ops_fixtures._no_stray_env

@@ -89,16 +89,15 @@ def test_a_stored_parameter_that_escaped_validation_never_reaches_a_run(ops):
 
 
 def publish(ops, version: str, *, extra_vars=None, action_vars=None, parameters=None):
-    from operations.helpers import COMPAT, KINDS, ROLES, profile
+    from operations.helpers import DESCRIPTOR
 
-    runtime_profile = profile(version)
-    runtime_profile["extra_vars"] |= extra_vars or {}
-    runtime_profile["ansible"]["action_vars"] |= action_vars or {}
+    spec = {k: v for k, v in DESCRIPTOR.items() if k not in ("app", "version")}
+    spec["vars"] = spec["vars"] | (extra_vars or {})
+    spec["action_vars"] = {k: v | (action_vars or {}).get(k, {}) for k, v in spec["action_vars"].items()}
+    spec["parameters"] = parameters or spec["parameters"]
     artifact = ops.w.call("platform_admin", "GET", f"/v1/catalog/apps/{TEST_APP}/artifacts", 200).json()["items"][0]
     return ops.w.call("platform_admin", "POST", f"/v1/catalog/apps/{TEST_APP}/versions", json={
-        "version": version, "artifact_id": artifact["id"], "compatibility": COMPAT, "runtime_profile": runtime_profile,
-        "adapter": {"roles": ROLES, "actions": {k: "gpuaas.apps.step" for k in KINDS}}
-        | ({"parameters": parameters} if parameters else {})})
+        "version": version, "artifact_id": artifact["id"], "adapter": spec})
 
 
 BAD_VERSIONS = [

@@ -128,11 +128,14 @@ def publish_variant(ops, version: str, *, registry: str = "registry.example.com"
     """Another active version of the test app: 1.0.0's descriptor with a different registry,
     compatibility or roles."""
     base = ops.w.call(PA, "GET", f"/v1/catalog/apps/{TEST_APP}/versions/1.0.0", 200).json()
-    artifact = ops.w.call(PA, "POST", f"/v1/catalog/apps/{TEST_APP}/artifacts", 201, json={
-        "kind": "controller", "reference": f"{registry}/gpuaas/{TEST_APP}:{version}@{DIGEST}"}).json()
-    for target in ("staged", "canary", "active"):
-        ops.w.call(PA, "POST", f"/v1/catalog/artifacts/{artifact['id']}/transitions", 200,
-                   json={"to": target, "reason": "tests"})
+    if registry == "registry.example.com":  # the same build: runs of the variant execute it
+        artifact = {"id": base["artifact_id"]}
+    else:  # an artifact from another registry, for placement and policy checks (never run)
+        artifact = ops.w.call(PA, "POST", f"/v1/catalog/apps/{TEST_APP}/artifacts", 201, json={
+            "kind": "controller", "reference": f"{registry}/gpuaas/{TEST_APP}:{version}@{DIGEST}"}).json()
+        for target in ("staged", "canary", "active"):
+            ops.w.call(PA, "POST", f"/v1/catalog/artifacts/{artifact['id']}/transitions", 200,
+                       json={"to": target, "reason": "tests"})
     ops.w.call(PA, "POST", f"/v1/catalog/apps/{TEST_APP}/versions", 201, json={
         "version": version, "artifact_id": artifact["id"], "compatibility": base["compatibility"] | (compat or {}),
         "runtime_profile": base["runtime_profile"], "adapter": base["adapter"] | ({"roles": roles} if roles else {})})

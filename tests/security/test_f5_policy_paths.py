@@ -6,7 +6,7 @@ the same gate."""
 
 from __future__ import annotations
 
-from operations.helpers import TEST_APP, make_instance, members, wait_op
+from operations.helpers import TEST_APP, make_instance, members, publish_test_app, wait_op
 
 from .test_f3_idempotency_scope import running
 from .test_f4_hosts_apart import publish_variant
@@ -71,12 +71,14 @@ def test_rollback_target_is_gated_and_kept_from_retirement(ops):
     ops.start_worker()
     deployed = wait_op(ops, ops.w.call(SA, "POST", f"/v1/instances/{iid}/deploy", 202).json()["id"])
     assert deployed["status"] == "succeeded", deployed
-    newer = publish_variant(ops, "1.1.0")
+    newer = publish_test_app(ops.w, "1.1.0")  # another build of the app: its own artifact
     up = ops.w.call(SA, "POST", f"/v1/instances/{iid}/upgrade", 202, json={"app_version_id": newer["id"]}).json()
     assert wait_op(ops, up["id"])["status"] == "succeeded"
 
     # policy: the rollback target's registry is denied now
-    overlay = deny(ops, "artifact_registry", ["registry.example.com"])
+    first = ops.w.call(PA, "GET", f"/v1/catalog/apps/{TEST_APP}/versions/1.0.0", 200).json()
+    registry = ops.w.call(PA, "GET", f"/v1/catalog/artifacts/{first['artifact_id']}", 200).json()["registry"]
+    overlay = deny(ops, "artifact_registry", [registry])
     refused(ops, f"/v1/instances/{iid}/rollback", 403, "policy_denied")
     ops.w.call(PA, "DELETE", f"/v1/policy/overlays/{overlay}", 204)
 

@@ -36,12 +36,6 @@ def _ansible_reserved() -> frozenset[str]:
     return frozenset(get_reserved_names()) | SPECIAL_VARIABLES
 
 
-def adapter_variables(runtime_profile: dict) -> set[str]:
-    """Variables the platform itself sets for a run of this version: operation targets and secrets."""
-    ansible = runtime_profile.get("ansible") or {}
-    return set((ansible.get("operation_vars") or {}).values()) | set(ansible.get("secrets") or {})
-
-
 def name_problem(name: str, platform_vars: set[str]) -> str | None:
     """Why `name` may not be set by a tenant or the catalog's extra vars; None when it may."""
     if not isinstance(name, str) or not NAME.match(name):
@@ -96,5 +90,8 @@ def validate(schema: dict | None, values: dict, platform_vars: set[str]) -> None
 
 
 def validate_for_version(version: dict, values: dict) -> None:
-    """`validate` against an app_versions row (its adapter's schema and its runtime profile)."""
-    validate(version["adapter"].get("parameters"), values, adapter_variables(version["runtime_profile"]))
+    """`validate` against an app_versions row (its adapter spec's schema and platform variables)."""
+    from .adapter import AdapterSpec
+
+    spec = AdapterSpec.model_validate(version["adapter"])
+    validate(spec.parameters, values, spec.platform_variables())

@@ -3,10 +3,13 @@ from __future__ import annotations
 from typing import Annotated
 from uuid import UUID
 
-from fastapi import Path, Query
+from fastapi import Path, Query, Request
 
 from ..common import Page, Slug, decode_cursor, keyset_page, page_of
+from ..content.routes import content_store
+from ..content.store import InvalidDigest
 from ..deps import DB, Caller, CursorParam, LimitParam, router
+from ..errors import unprocessable
 from . import service
 from .schemas import (
     App,
@@ -48,8 +51,20 @@ def get_app(slug: SlugPath, caller: Caller, db: DB):
 
 
 @api.post("/v1/catalog/apps/{slug}/artifacts", response_model=Artifact, status_code=201)
-def create_artifact(slug: SlugPath, body: ArtifactCreate, caller: Caller, db: DB):
+def create_artifact(slug: SlugPath, body: ArtifactCreate, caller: Caller, db: DB, request: Request):
     caller.require("apps.catalog.write")
+    if body.kind == "collection":
+        # A collection artifact is runnable content: its build must be in the content store first.
+        digest = body.reference.rpartition("@")[2]
+        try:
+            stored = content_store(request.app).has(digest)
+        except InvalidDigest:
+            raise unprocessable("invalid_digest", "a collection is pinned by sha256:<64 lowercase hex>",
+                                reference=body.reference) from None
+        if not stored:
+            raise unprocessable("artifact_content_missing", f"the content store has no {digest}: upload the "
+                                "collection build first (PUT /v1/content/{digest}, or gpuaas apps register)",
+                                digest=digest)
     with db.transaction() as conn:
         return service.create_artifact(conn, caller, slug, body.kind, body.reference)
 

@@ -1,24 +1,26 @@
-"""What one run needs, computed from the database: the playbook (or the status module for refresh),
-an inventory of the instance's members on their allocation hosts, extra vars and secret vars.
+"""What one run needs, computed from the database and the app version's adapter spec
+(catalog/adapter.py): the collection content to run (by digest), the playbook (or the status module
+for refresh), an inventory of the instance's members on their allocation hosts, extra vars and
+secret vars.
 
 Inventory hosts are member node names; `ansible_host`, `ansible_user` and `ansible_port` come from
-the allocation host. Groups come from the adapter role names through runtime_profile.ansible.groups.
-Extra vars, later ones winning: runtime_profile.extra_vars, the tenant parameters (the instance's,
-with a reconfigure request's merged over them; checked against the version's declared schema),
-runtime_profile.ansible.action_vars[kind], then the operation's targets under the adapter's variable
-names (runtime_profile.ansible.operation_vars). The runner hands all of them to Ansible as unsafe."""
+the allocation host. Groups are the adapter roles' inventory groups. Extra vars, later ones winning:
+the spec's vars, the tenant parameters (the instance's, with a reconfigure request's merged over them;
+checked against the version's declared schema), the spec's action_vars[kind], then the operation's
+targets under the spec's target variables. The runner hands all of them to Ansible as unsafe."""
 
 from __future__ import annotations
 
+import json
 from dataclasses import dataclass, field
 from uuid import UUID
 
 import psycopg
 
 from ..catalog import parameters
+from ..catalog.adapter import AdapterSpec
 from ..config import OperationSettings
 from ..errors import unprocessable
-from ..operations import rules
 from ..secrets import service as secrets
 
 # Members that take part in a run: live ones, plus the operation's own targets (a joining or a
@@ -31,24 +33,35 @@ class RunPlan:
     kind: str
     inventory: dict
     extravars: dict
-    secret_vars: dict[str, str] = field(repr=False)
+    secret_vars: dict = field(repr=False)
+    # the collection content the run executes: the version's artifact digest (sha256:<hex>), or None
+    # when the artifact is not a collection build (nothing can run then)
+    content_digest: str | None = None
     playbook: str | None = None
     module: str | None = None
     module_args: str = ""
     host_pattern: str = ""
-    # refresh: which member each scheduler node name stands for
+    # refresh: which member each node name stands for
     node_members: dict[str, str] = field(default_factory=dict)
-    profile: dict = field(default_factory=dict)
+    secret_strings: list[str] = field(default_factory=list, repr=False)
 
 
 def _version(conn, version_id: UUID) -> dict:
-    return conn.execute("SELECT * FROM app_versions WHERE id = %s", (version_id,)).fetchone()
+    return conn.execute("""SELECT v.*, a.kind AS artifact_kind, a.digest AS artifact_digest FROM app_versions v
+                             JOIN artifacts a ON a.id = v.artifact_id WHERE v.id = %s""", (version_id,)).fetchone()
+
+
+def _targets(op: dict, by_id: dict) -> dict[str, list[str]]:
+    """The operation's targets by name (members, old, new) as node names."""
+    targets = op["params"].get("targets") or {}
+    return {name: [by_id[UUID(str(m))]["node_name"] for m in ids if UUID(str(m)) in by_id]
+            for name, ids in targets.items()}
 
 
 def build(conn: psycopg.Connection, settings: OperationSettings, op: dict, instance: dict) -> RunPlan:
     target_version = op["params"].get("target_version_id")
     version = _version(conn, UUID(target_version) if target_version else instance["app_version_id"])
-    profile = rules.ansible_profile(version["runtime_profile"])
+    spec = AdapterSpec.model_validate(version["adapter"])
     kind = op["kind"]
     statuses = list(LIVE) + (["pending", "failed"] if kind == "decommission" else [])
     members = conn.execute(
@@ -56,41 +69,39 @@ def build(conn: psycopg.Connection, settings: OperationSettings, op: dict, insta
              FROM app_instance_members m JOIN allocations al ON al.id = m.allocation_id
             WHERE m.instance_id = %s AND m.status <> 'removed' AND (m.status = ANY(%s) OR m.id = ANY(%s))
             ORDER BY m.seq""", (instance["id"], statuses, op["member_ids"])).fetchall()
-    inventory = _inventory(settings, profile, members)
-    by_id = {m["id"]: m for m in members}
-    names = [by_id[m]["node_name"] for m in op["member_ids"] if m in by_id]
-    targets = ({"old": names[:1], "new": names[1:]} if kind == "member_replace"
-               else {"members": names} if kind in rules.MEMBER_KINDS else {})
+    inventory = _inventory(settings, spec, members)
     tenant_vars = (instance["parameters"] or {}) | (op["params"].get("request", {}).get("parameters", {})
                                                     if kind == "reconfigure" else {})
     # Checked again here: the version may have changed (upgrade, rollback) since the values were accepted.
     parameters.validate_for_version(version, tenant_vars)
-    extravars = dict(version["runtime_profile"].get("extra_vars") or {})
-    extravars |= tenant_vars
-    extravars |= (profile.get("action_vars") or {}).get(kind, {})
-    extravars |= rules.operation_vars(profile, targets)
-    plan = RunPlan(kind=kind, inventory=inventory, extravars=extravars, secret_vars={}, profile=profile)
+    extravars = dict(spec.vars) | tenant_vars | spec.action_vars.get(kind, {})
+    extravars |= {getattr(spec.targets, name): ",".join(nodes)
+                  for name, nodes in _targets(op, {m["id"]: m for m in members}).items()
+                  if getattr(spec.targets, name, None) and nodes}
+    plan = RunPlan(kind=kind, inventory=inventory, extravars=extravars, secret_vars={},
+                   content_digest=version["artifact_digest"] if version["artifact_kind"] == "collection" else None)
     if kind == "refresh":
-        status = profile.get("status") or {}
-        if not status.get("module"):
-            raise unprocessable("no_status_module", "the app version names no status module "
-                                "(runtime_profile.ansible.status.module)")
-        plan.module = status["module"]
-        plan.module_args = status.get("module_args", "")
-        plan.host_pattern = ":".join(rules.groups_for(profile, status.get("role", "controller")))
-        node_roles = set(status.get("node_roles", []))
-        plan.node_members = {m["node_name"].split(".")[0]: str(m["id"]) for m in members
-                             if not node_roles or m["role"] in node_roles}
+        if spec.status is None:
+            raise unprocessable("no_status_module", "the app version's adapter spec declares no status read-back")
+        member_roles = set(spec.status.member_roles)
+        plan.node_members = {m["node_name"]: str(m["id"]) for m in members
+                             if not member_roles or m["role"] in member_roles}
+        plan.module = spec.status.module
+        plan.module_args = json.dumps(spec.status.options | {"members": list(plan.node_members)})
+        plan.host_pattern = ":".join(spec.role(spec.status.role).inventory_groups())
         return plan
-    plan.playbook = rules.playbook_for(version["adapter"], kind)
+    plan.playbook = spec.actions.get(kind)
     if plan.playbook is None:
         raise unprocessable("no_playbook", f"the app version's adapter names no playbook for {kind}")
-    secrets.ensure(conn, settings, instance["id"], profile.get("secrets") or {})
-    plan.secret_vars = secrets.load(conn, settings, instance["id"])
+    secret_specs = {name: s.model_dump() for name, s in spec.secrets.items()}
+    secrets.ensure(conn, settings, instance["id"], secret_specs)
+    stored = secrets.load(conn, settings, instance["id"])
+    plan.secret_vars = {name: secrets.as_variable(secret_specs[name], stored[name]) for name in secret_specs}
+    plan.secret_strings = [t for v in plan.secret_vars.values() for t in secrets.secret_strings(v)]
     return plan
 
 
-def _inventory(settings: OperationSettings, profile: dict, members: list[dict]) -> dict:
+def _inventory(settings: OperationSettings, spec: AdapterSpec, members: list[dict]) -> dict:
     hosts: dict[str, dict] = {}
     groups: dict[str, dict] = {}
     placed: dict[str, tuple] = {}
@@ -106,7 +117,8 @@ def _inventory(settings: OperationSettings, profile: dict, members: list[dict]) 
         if hostvars["ansible_user"] != "root":
             hostvars["ansible_become"] = True
         hosts[m["node_name"]] = hostvars
-        for g in rules.groups_for(profile, m["role"]):
+        role = spec.role(m["role"])
+        for g in role.inventory_groups() if role else [m["role"]]:
             groups.setdefault(g, {"hosts": {}})["hosts"][m["node_name"]] = {}
     all_vars = {}
     if settings.ssh_private_key_file:

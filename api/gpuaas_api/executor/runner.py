@@ -177,14 +177,15 @@ def kill_leftovers(marker: str) -> int:
     return killed
 
 
-def run(settings: OperationSettings, op: dict, plan: RunPlan, *, on_event: Callable[[str, dict], None],
-        should_stop: Callable[[], str | None]) -> RunResult:
-    """Run the plan; `should_stop` returns a reason (canceled | timeout | lost) to kill the run's whole
-    process group (ansible-runner SIGKILLs the pexpect child's group), else None."""
+def run(settings: OperationSettings, op: dict, plan: RunPlan, collections_path: Path, *,
+        on_event: Callable[[str, dict], None], should_stop: Callable[[], str | None]) -> RunResult:
+    """Run the plan against exactly the collection content installed at `collections_path` (no other
+    collection path is searched); `should_stop` returns a reason (canceled | timeout | lost) to kill
+    the run's whole process group (ansible-runner SIGKILLs the pexpect child's group), else None."""
     pdd = settings.state_dir / "runs" / str(op["id"]) / f"attempt-{op['attempt']}"
     pdd.mkdir(parents=True, exist_ok=True, mode=0o700)
     vars_file = pdd / "vars.yml"
-    redact = Redactor(list(plan.secret_vars.values()) + [settings.secret_key or ""])
+    redact = Redactor(plan.secret_strings + [settings.secret_key or ""])
     vars_file.write_text(unsafe_vars_yaml(redact.json(plan.extravars)))
     cleanup = ExitStack()
     cmdline = f"-e @{vars_file}"
@@ -198,8 +199,7 @@ def run(settings: OperationSettings, op: dict, plan: RunPlan, *, on_event: Calla
     # directory of its own under the temp dir, and ssh's %C hash as the socket name.
     control_dir = tempfile.mkdtemp(prefix="gpuaas-cp-")
     env |= {"ANSIBLE_SSH_CONTROL_PATH_DIR": control_dir, "ANSIBLE_SSH_CONTROL_PATH": "%(directory)s/%%C"}
-    if settings.collections_path:
-        env["ANSIBLE_COLLECTIONS_PATH"] = str(settings.collections_path)
+    env |= {"ANSIBLE_COLLECTIONS_PATH": str(collections_path), "ANSIBLE_COLLECTIONS_SCAN_SYS_PATH": "False"}
     if not settings.ssh_host_key_checking:
         env["ANSIBLE_HOST_KEY_CHECKING"] = "False"
     result = RunResult(status="failed", rc=None)

@@ -14,6 +14,7 @@ import threading
 import time
 import uuid
 from collections.abc import Callable
+from pathlib import Path
 from typing import TypeVar
 
 import psycopg
@@ -21,6 +22,8 @@ import psycopg
 from .. import correlation
 from ..audit import service as audit
 from ..config import OperationSettings
+from ..content.collections import CollectionError, cache_root, installed_collection
+from ..content.store import ContentMissing, DigestMismatch, embedded_store
 from ..db import Database
 from ..errors import ApiError
 from ..instances import service as instances
@@ -109,11 +112,17 @@ class Worker:
             self._finish(op, slot, "failed", {"code": refusal.code, "message": refusal.message,
                                               "details": refusal.details})
             return
+        try:
+            collections_path = self._content(plan)
+        except ContentRefused as exc:
+            self._finish(op, slot, "failed", {"code": exc.code, "message": str(exc)})
+            return
         sink = _EventSink(self.db, instance, op["correlation_id"], self.stop)
         watch = _Heartbeat(self.db, op, slot, self.settings)
         watch.start()
         try:
-            result = runner.run(self.settings, op, plan, on_event=sink.append, should_stop=watch.stop_reason)
+            result = runner.run(self.settings, op, plan, collections_path, on_event=sink.append,
+                                should_stop=watch.stop_reason)
             sink.close()
             if result.status == "lost":
                 log.warning("operation %s: lease lost to another worker; outcome left to it", op["id"])
@@ -135,6 +144,25 @@ class Worker:
                 return instance, planner.build(conn, self.settings, op, instance), None
         except ApiError as exc:
             return instance, None, exc
+
+    def _content(self, plan: planner.RunPlan) -> Path:
+        """The installed collection the run executes: the version's artifact, fetched from the content
+        store by digest and verified (every run) before any host is touched."""
+        if plan.content_digest is None:
+            raise ContentRefused("artifact_not_runnable", "the app version's artifact is not a collection build; "
+                                 "there is nothing to run")
+        try:
+            return installed_collection(embedded_store(self.settings.state_dir), plan.content_digest,
+                                        cache_root(self.settings.state_dir))
+        except ContentMissing:
+            raise ContentRefused("artifact_content_missing", f"the content store has no {plan.content_digest}; "
+                                 "upload the collection build (gpuaas apps register)") from None
+        except DigestMismatch as exc:
+            raise ContentRefused("artifact_digest_mismatch", f"the stored content does not match the pinned "
+                                 f"digest {plan.content_digest}: {exc}") from None
+        except CollectionError as exc:
+            raise ContentRefused("artifact_not_runnable", f"{plan.content_digest} is not an installable "
+                                 f"collection: {exc}") from None
 
     def _outcome(self, op: dict, plan: planner.RunPlan, result) -> tuple:
         """(status, error, outcome, tarball) of a finished run."""
@@ -212,18 +240,23 @@ def retrying(db: Database, what: str, work: Callable[[psycopg.Connection], T],
             delay = min(delay * 2, 2.0)
 
 
+MEMBER_STATES = frozenset({"active", "draining", "drained", "failed"})
+
+
 def observe(plan: planner.RunPlan, module_results: dict[str, dict]) -> dict[str, str | None]:
-    """Member id -> status from the status module's node list (first host that answered); members
-    whose node the scheduler does not know are failed."""
-    status = plan.profile.get("status") or {}
+    """Member id -> status, from the status module's `member_states` (first host that answered). The
+    module speaks the platform's words; a member it does not name, or names with another word, is
+    failed."""
     res = next(iter(module_results.values()), {})
-    nodes = {n.get(status.get("name_key", "name")): n for n in res.get(status.get("nodes_key", "nodes"), [])}
-    observed: dict[str, str | None] = {}
-    for node_name, member_id in plan.node_members.items():
-        node = nodes.get(node_name)
-        state = "" if node is None else str(node.get(status.get("state_key", "state"), ""))
-        observed[member_id] = "failed" if node is None else rules.node_status(plan.profile, state)
-    return observed
+    states = res.get("member_states") or {}
+    return {member_id: states.get(node) if states.get(node) in MEMBER_STATES else "failed"
+            for node, member_id in plan.node_members.items()}
+
+
+class ContentRefused(Exception):
+    def __init__(self, code: str, message: str):
+        super().__init__(message)
+        self.code = code
 
 
 class _EventSink:

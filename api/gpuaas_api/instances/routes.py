@@ -6,7 +6,7 @@ from uuid import UUID
 from fastapi import Query
 
 from ..audit import service as audit
-from ..catalog.schemas import RoleName
+from ..catalog.adapter import RoleName
 from ..common import Page, Slug, Token, decode_cursor
 from ..deps import DB, AppSettings, Caller, CursorParam, LimitParam, router
 from ..iam.service import get_project

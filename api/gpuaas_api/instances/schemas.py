@@ -7,7 +7,8 @@ from uuid import UUID
 from pydantic import BaseModel, ConfigDict, Field, StringConstraints
 
 from ..allocations.schemas import Host
-from ..catalog.schemas import JsonObject, OperatingMode, RoleName, VersionString
+from ..catalog.adapter import OperatingMode, RoleName, VersionString
+from ..catalog.schemas import JsonObject
 from ..common import Name, Reason, Slug
 
 InstanceStatus = Literal["created", "starting", "running", "stopping", "stopped", "failed"]

@@ -5,6 +5,7 @@ file; they never go into events, logs, audit rows, API responses or run artifact
 from __future__ import annotations
 
 import base64
+import json
 import logging
 import os
 import secrets as pysecrets
@@ -18,6 +19,8 @@ from cryptography.fernet import Fernet
 from ..config import OperationSettings
 
 log = logging.getLogger(__name__)
+STRUCTURED = frozenset({"keypair", "registry_credential"})
+PUBLIC_FIELDS = frozenset({"public_key", "username"})
 
 
 @lru_cache(maxsize=8)
@@ -42,8 +45,29 @@ def cipher(settings: OperationSettings) -> Fernet:
 
 
 def generate(spec: dict) -> str:
-    """A secret value from its descriptor spec, e.g. {"random_bytes": 96} -> base64 text (128 chars)."""
-    return base64.b64encode(pysecrets.token_bytes(int(spec.get("random_bytes", 32)))).decode()
+    """A new secret value of the adapter's kind (catalog/adapter.py SecretSpec), as text:
+    random_bytes: base64 of `size` bytes; token: URL-safe text of `size` bytes of entropy; keypair: an
+    ed25519 key pair as JSON {private_key (OpenSSH PEM), public_key}; registry_credential: JSON
+    {username, password}."""
+    size = int(spec.get("size", 32))
+    kind = spec.get("kind", "random_bytes")
+    if kind == "random_bytes":
+        return base64.b64encode(pysecrets.token_bytes(size)).decode()
+    if kind == "token":
+        return pysecrets.token_urlsafe(size)
+    if kind == "keypair":
+        from cryptography.hazmat.primitives import serialization
+        from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
+
+        key = Ed25519PrivateKey.generate()
+        private = key.private_bytes(serialization.Encoding.PEM, serialization.PrivateFormat.OpenSSH,
+                                    serialization.NoEncryption()).decode()
+        public = key.public_key().public_bytes(serialization.Encoding.OpenSSH,
+                                               serialization.PublicFormat.OpenSSH).decode()
+        return json.dumps({"private_key": private, "public_key": public})
+    if kind == "registry_credential":
+        return json.dumps({"username": f"gpuaas-{pysecrets.token_hex(6)}", "password": pysecrets.token_urlsafe(size)})
+    raise ValueError(f"unknown secret kind {kind!r}")
 
 
 def ensure(conn: psycopg.Connection, settings: OperationSettings, instance_id: UUID, specs: dict[str, dict]) -> None:
@@ -52,6 +76,18 @@ def ensure(conn: psycopg.Connection, settings: OperationSettings, instance_id: U
         token = cipher(settings).encrypt(generate(spec).encode())
         conn.execute("""INSERT INTO instance_secrets (instance_id, name, ciphertext) VALUES (%s, %s, %s)
                         ON CONFLICT (instance_id, name) DO NOTHING""", (instance_id, name, token))
+
+
+def as_variable(spec: dict, text: str):
+    """The run variable of a secret: text, or for the structured kinds the object it encodes."""
+    return json.loads(text) if spec.get("kind") in STRUCTURED else text
+
+
+def secret_strings(value) -> list[str]:
+    """The strings of a secret variable that must never be shown (a key pair's public key may be)."""
+    if isinstance(value, dict):
+        return [v for k, v in value.items() if k not in PUBLIC_FIELDS]
+    return [value]
 
 
 def load(conn: psycopg.Connection, settings: OperationSettings, instance_id: UUID) -> dict[str, str]:

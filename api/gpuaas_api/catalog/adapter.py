@@ -1,0 +1,172 @@
+"""The adapter spec: everything the platform needs to know about one app to run it, typed.
+
+An app's collection ships it as a descriptor file (`adapters/<app>.yml`, an `AppDescriptor`); the
+catalog stores the `AdapterSpec` part with each app version and validates it here. The core reads
+roles, groups, playbooks, target variables, secrets, parameters and status read-back only from it,
+so nothing in core knows a scheduler. Its JSON Schema is published as docs/adapter-spec.schema.json.
+"""
+
+from __future__ import annotations
+
+from typing import Annotated, Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field, StringConstraints, model_validator
+
+from ..common import ShortText, Slug, Text
+from . import parameters
+
+ActionKind = Literal["deploy", "member_add", "member_drain", "member_resume", "member_remove", "member_replace",
+                     "reconfigure", "upgrade", "rollback", "decommission"]
+RuntimeBackend = Literal["k8s", "slurm", "ray", "bare_metal", "oci"]
+OperatingMode = Literal["tenant_dedicated", "platform_managed"]
+CapacityShape = Literal["baremetal", "gpu_slice"]
+RoleName = Annotated[str, StringConstraints(pattern=r"^[a-z][a-z0-9_]{0,31}$")]
+GroupName = Annotated[str, StringConstraints(pattern=r"^[a-z][a-z0-9_]{0,63}$")]
+VariableName = Annotated[str, StringConstraints(pattern=r"^[a-z][a-z0-9_]{0,63}$")]
+# namespace.collection.name: a playbook or a module of the app's own collection
+_NAME = r"[a-z][a-z0-9_]{0,63}"
+ContentName = Annotated[str, StringConstraints(pattern=rf"^{_NAME}\.{_NAME}\.{_NAME}$")]
+VersionString = Annotated[str, StringConstraints(pattern=r"^[0-9A-Za-z][0-9A-Za-z.+_\-]{0,63}$")]
+# Kinds whose request names members, and the target variables each needs.
+TARGETS_NEEDED: dict[str, tuple[str, ...]] = {
+    "member_add": ("members",), "member_drain": ("members",), "member_resume": ("members",),
+    "member_remove": ("members",), "member_replace": ("old", "new")}
+
+
+class Strict(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+
+class Compatibility(Strict):
+    requires_capacity_shape: list[CapacityShape] = Field(min_length=1, max_length=2)
+    min_gpu_count: int = Field(default=0, ge=0, le=1024, description="per allocation")
+    requires_exclusive_node: bool = False
+    multi_node: bool = Field(default=False, description="may the topology span more than one host")
+    shares_hosts: bool = Field(default=False, description="may a host carry members of other instances too "
+                               "(only of versions that share hosts); default: a host serves one instance")
+
+
+class AdapterRole(Strict):
+    name: RoleName
+    min: int = Field(ge=0, le=1024)
+    max: int = Field(ge=1, le=1024)
+    groups: list[GroupName] = Field(default_factory=list, max_length=8,
+                                    description="inventory groups of the role's hosts; default: the role name")
+    exclusive: bool = Field(default=False, description="a host of this role carries no other role of the instance")
+    description: Text = ""
+
+    @model_validator(mode="after")
+    def _bounds(self):
+        if self.min > self.max:
+            raise ValueError(f"role {self.name}: min must not exceed max")
+        return self
+
+    def inventory_groups(self) -> list[str]:
+        return self.groups or [self.name]
+
+
+class Targets(Strict):
+    """The variables that carry an operation's targets to its playbook (node names, comma-separated)."""
+    members: VariableName | None = None
+    old: VariableName | None = None
+    new: VariableName | None = None
+
+
+class SecretSpec(Strict):
+    """A per-instance secret the platform generates once and hands to every run under its name."""
+    kind: Literal["random_bytes", "token", "keypair", "registry_credential"]
+    size: int = Field(default=32, ge=16, le=4096,
+                      description="random_bytes: bytes (base64 in the variable); token: bytes of entropy")
+
+
+class StatusSpec(Strict):
+    """Refresh runs `module` on the hosts of `role` with `options` and `members` (the node names of the
+    members of `member_roles`); the module returns `member_states`: node name -> active | draining |
+    drained | failed. A member it does not name is failed."""
+    module: ContentName
+    role: RoleName
+    member_roles: list[RoleName] = Field(default_factory=list, description="default: every role")
+    options: dict[VariableName, str | int | bool] = Field(default_factory=dict,
+                                                         description="further module options, set by the catalog")
+
+
+class HealthSpec(Strict):
+    proof: ShortText = Field(description="what a successful deploy proves about the app, shown on its healthy event")
+
+
+class AdapterSpec(Strict):
+    roles: list[AdapterRole] = Field(min_length=1, max_length=16)
+    actions: dict[ActionKind, ContentName] = Field(description="the playbook each operation kind runs")
+    targets: Targets = Field(default_factory=Targets)
+    secrets: dict[VariableName, SecretSpec] = Field(default_factory=dict, max_length=16)
+    vars: dict[VariableName, Any] = Field(default_factory=dict, description="the catalog's own variables for "
+                                          "every run of this version (e.g. exact package versions)")
+    action_vars: dict[ActionKind, dict[VariableName, Any]] = Field(default_factory=dict)
+    parameters: dict[str, Any] = Field(
+        default_factory=lambda: dict(parameters.NO_PARAMETERS),
+        description='JSON Schema of what a tenant may set: {"type": "object", "additionalProperties": false, '
+                    '"properties": {...}}; default: nothing')
+    status: StatusSpec | None = None
+    health: HealthSpec | None = None
+    compatibility: Compatibility | None = Field(default=None, description="the version's default compatibility")
+
+    @model_validator(mode="after")
+    def _consistent(self):
+        problems = []
+        names = [r.name for r in self.roles]
+        if len(set(names)) != len(names):
+            problems.append("role names must be unique")
+        missing = {"deploy", "decommission"} - set(self.actions)
+        if missing:
+            problems.append(f"actions must include {sorted(missing)}")
+        for kind, needed in TARGETS_NEEDED.items():
+            lacking = [t for t in needed if kind in self.actions and getattr(self.targets, t) is None]
+            if lacking:
+                problems.append(f"action {kind} needs targets.{' and targets.'.join(lacking)}")
+        if self.status:
+            for role in [self.status.role, *self.status.member_roles]:
+                if role not in names:
+                    problems.append(f"status names role {role!r}, which is not in roles")
+        platform_vars = self.platform_variables()
+        if len(platform_vars) != len(self.secrets) + len(self.target_variables()):
+            problems.append("a secret and a target variable share a name")
+        for name in platform_vars:
+            if (why := parameters.name_problem(name, set())) is not None:
+                problems.append(f"variable {name!r} {why}")
+        named = [("vars", n) for n in self.vars]
+        named += [(f"action_vars.{kind}", n) for kind, values in self.action_vars.items() for n in values]
+        problems += [f"{where} sets {name!r}, which {why}" for where, name in named
+                     if (why := parameters.name_problem(name, platform_vars))]
+        problems += [f"parameters {p}" for p in parameters.schema_problems(self.parameters, platform_vars)]
+        if problems:
+            raise ValueError("; ".join(problems))
+        return self
+
+    def target_variables(self) -> set[str]:
+        return {v for v in self.targets.model_dump().values() if v}
+
+    def platform_variables(self) -> set[str]:
+        """Variables the platform sets for a run: operation targets and secrets."""
+        return self.target_variables() | set(self.secrets)
+
+    def role(self, name: str) -> AdapterRole | None:
+        return next((r for r in self.roles if r.name == name), None)
+
+
+class AppInfo(Strict):
+    slug: Slug
+    display_name: ShortText
+    description: Text = ""
+    runtime_backend: RuntimeBackend
+    operating_modes: list[OperatingMode] = Field(default_factory=lambda: ["tenant_dedicated"], min_length=1,
+                                                 max_length=2)
+
+
+class AppDescriptor(AdapterSpec):
+    """The file an app's collection ships (`adapters/<app>.yml`): the app, the version this build is,
+    and its adapter spec."""
+    app: AppInfo
+    version: VersionString
+
+    def spec(self) -> AdapterSpec:
+        return AdapterSpec.model_validate(self.model_dump(exclude={"app", "version"}))

@@ -1,0 +1,131 @@
+"""`gpuaas apps register`: puts a collection build into the catalog through the public API.
+
+The collection ships one descriptor per app (`adapters/<app>.yml`). For each, with only the platform
+admin's token: the build is uploaded to the content store by its sha256, then the app, an artifact
+of kind `collection` pinned by that digest, and the version the descriptor names are created (what
+already exists with the same content is kept), and with `activate` promoted to active. A run of
+that version executes exactly this build."""
+
+from __future__ import annotations
+
+import hashlib
+import subprocess
+import sys
+import tarfile
+import tempfile
+from dataclasses import dataclass
+from pathlib import Path
+
+import httpx
+import yaml
+from pydantic import ValidationError
+
+from ..content.collections import collection_manifest, read_collection_file
+from .adapter import AppDescriptor
+
+PROMOTION = ("draft", "staged", "canary", "active")
+
+
+class RegisterError(RuntimeError):
+    pass
+
+
+@dataclass
+class Registered:
+    app: str
+    version: str
+    digest: str
+    artifact_id: str
+    version_id: str
+    status: str
+
+
+def build(source: Path, out: Path) -> Path:
+    """The collection tarball: `source` itself, or `ansible-galaxy collection build` of a directory."""
+    if source.is_file():
+        return source
+    galaxy = Path(sys.executable).parent / "ansible-galaxy"
+    done = subprocess.run([str(galaxy), "collection", "build", "--force", "--output-path", str(out), str(source)],
+                          capture_output=True, text=True)
+    if done.returncode != 0:
+        raise RegisterError(f"ansible-galaxy collection build {source} failed: {done.stderr.strip()[-800:]}")
+    (tarball,) = out.glob("*.tar.gz")
+    return tarball
+
+
+def descriptors(tarball: Path) -> list[AppDescriptor]:
+    """Every adapters/*.yml of the build, validated, and each checked against the build's content: the
+    playbooks and the status module it names are in this collection."""
+    manifest = collection_manifest(tarball)
+    fqcn = f"{manifest['namespace']}.{manifest['name']}."
+    with tarfile.open(tarball) as tar:
+        names = sorted(m.name for m in tar.getmembers() if m.isfile())
+    paths = [n for n in names if n.startswith("adapters/") and n.endswith((".yml", ".yaml"))]
+    if not paths:
+        raise RegisterError(f"{tarball.name} ships no adapter descriptor (adapters/<app>.yml)")
+    out = []
+    for path in paths:
+        try:
+            descriptor = AppDescriptor.model_validate(yaml.safe_load(read_collection_file(tarball, path)))
+        except (ValidationError, yaml.YAMLError) as exc:
+            raise RegisterError(f"{path}: {exc}") from None
+        wanted = {f"playbooks/{p.removeprefix(fqcn)}.yml": p for p in descriptor.actions.values()}
+        if descriptor.status:
+            wanted[f"plugins/modules/{descriptor.status.module.removeprefix(fqcn)}.py"] = descriptor.status.module
+        missing = sorted(name for file, name in wanted.items() if not name.startswith(fqcn) or file not in names)
+        if missing:
+            raise RegisterError(f"{path} names content this collection ({fqcn[:-1]}) does not ship: "
+                                f"{', '.join(missing)}")
+        out.append(descriptor)
+    return out
+
+
+def register(api: httpx.Client, source: Path, *, activate: bool = False,
+             reason: str = "registered") -> list[Registered]:
+    """Register every app the collection at `source` (a tarball or a directory) describes; `api` carries
+    the base URL and the platform admin's token."""
+    with tempfile.TemporaryDirectory() as out:
+        tarball = build(source, Path(out))
+        digest = "sha256:" + hashlib.sha256(tarball.read_bytes()).hexdigest()
+        apps = descriptors(tarball)
+        manifest = collection_manifest(tarball)
+        _call(api, "PUT", f"/v1/content/{digest}", (200, 201), content=tarball.read_bytes(),
+              headers={"Content-Type": "application/octet-stream"})
+    reference = f"collections/{manifest['namespace']}.{manifest['name']}:{manifest['version']}@{digest}"
+    return [_register_app(api, d, digest, reference, activate, reason) for d in apps]
+
+
+def _register_app(api: httpx.Client, d: AppDescriptor, digest: str, reference: str, activate: bool,
+                  reason: str) -> Registered:
+    slug = d.app.slug
+    if _call(api, "GET", f"/v1/catalog/apps/{slug}", (200, 404)).status_code == 404:
+        _call(api, "POST", "/v1/catalog/apps", (201,), json=d.app.model_dump())
+    artifacts = _call(api, "GET", f"/v1/catalog/apps/{slug}/artifacts", (200,), params={"limit": 200}).json()["items"]
+    artifact = next((a for a in artifacts if a["digest"] == digest and a["kind"] == "collection"), None)
+    if artifact is None:
+        artifact = _call(api, "POST", f"/v1/catalog/apps/{slug}/artifacts", (201,),
+                         json={"kind": "collection", "reference": reference}).json()
+    if activate:
+        for step in PROMOTION[PROMOTION.index(artifact["status"]) + 1:] if artifact["status"] in PROMOTION else ():
+            artifact = _call(api, "POST", f"/v1/catalog/artifacts/{artifact['id']}/transitions", (200,),
+                             json={"to": step, "reason": reason}).json()
+    found = _call(api, "GET", f"/v1/catalog/apps/{slug}/versions/{d.version}", (200, 404))
+    if found.status_code == 200:
+        version = found.json()
+        if version["artifact_id"] != artifact["id"]:
+            raise RegisterError(f"{slug} {d.version} is already registered with another build "
+                                f"({version['artifact_reference']}); give this build a new version")
+    else:
+        version = _call(api, "POST", f"/v1/catalog/apps/{slug}/versions", (201,), json={
+            "version": d.version, "artifact_id": artifact["id"], "adapter": d.spec().model_dump(mode="json")}).json()
+    if activate and version["status"] != "active":
+        version = _call(api, "POST", f"/v1/catalog/apps/{slug}/versions/{d.version}/transitions", (200,),
+                        json={"to": "active", "reason": reason}).json()
+    return Registered(slug, d.version, digest, artifact["id"], version["id"], version["status"])
+
+
+def _call(api: httpx.Client, method: str, path: str, expect: tuple[int, ...], **kw) -> httpx.Response:
+    response = api.request(method, path, **kw)
+    if response.status_code not in expect:
+        raise RegisterError(f"{method} {path} -> {response.status_code}: {response.text[:800]}")
+    return response

@@ -1,0 +1,38 @@
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+from pathlib import Path
+
+
+def register(sub: argparse._SubParsersAction) -> None:
+    p = sub.add_parser("apps", help="the app catalog, as the platform admin")
+    asub = p.add_subparsers(dest="apps_command", metavar="ACTION", required=True)
+    reg = asub.add_parser("register", help="register the apps a collection build describes (adapters/*.yml): "
+                          "upload the build by digest, create app, artifact and version")
+    reg.add_argument("collection", type=Path, help="a collection tarball, or a collection directory to build")
+    reg.add_argument("--api", default=os.environ.get("GPUAAS_API", "http://127.0.0.1:8000"),
+                     help="the control service's URL (env GPUAAS_API)")
+    reg.add_argument("--activate", action="store_true", help="promote the artifact and the version to active")
+    reg.add_argument("--reason", default="registered with gpuaas apps register")
+    reg.set_defaults(func=register_apps)
+
+
+def register_apps(args: argparse.Namespace) -> int:
+    import httpx
+
+    from ..catalog.register import RegisterError, register
+
+    token = os.environ.get("GPUAAS_TOKEN")
+    if not token:
+        print("gpuaas apps register: set GPUAAS_TOKEN to the platform admin's token", file=sys.stderr)
+        return 2
+    with httpx.Client(base_url=args.api, headers={"Authorization": f"Bearer {token}"}, timeout=120) as api:
+        try:
+            for r in register(api, args.collection, activate=args.activate, reason=args.reason):
+                print(f"{r.app} {r.version}: {r.status}, artifact {r.artifact_id} ({r.digest})")
+        except (RegisterError, httpx.HTTPError) as exc:
+            print(f"gpuaas apps register: {exc}", file=sys.stderr)
+            return 1
+    return 0
