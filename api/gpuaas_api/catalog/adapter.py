@@ -13,10 +13,10 @@ from typing import Annotated, Any, Literal
 from pydantic import BaseModel, ConfigDict, Field, StringConstraints, model_validator
 
 from ..common import ShortText, Slug, Text
+from ..operations.kinds import ACTION_KINDS
 from . import parameters
 
-ActionKind = Literal["deploy", "member_add", "member_drain", "member_resume", "member_remove", "member_replace",
-                     "reconfigure", "upgrade", "rollback", "decommission"]
+ActionKind = Literal[ACTION_KINDS]  # every operation kind that runs a playbook
 RuntimeBackend = Literal["k8s", "slurm", "ray", "bare_metal", "oci"]
 OperatingMode = Literal["tenant_dedicated", "platform_managed"]
 CapacityShape = Literal["baremetal", "gpu_slice"]
