@@ -9,7 +9,7 @@ from gpuaas_api.iam.auth import SYSTEM
 from gpuaas_api.instances import service
 from gpuaas_api.instances.rules import INSTANCE_TRANSITIONS, MEMBER_TRANSITIONS
 
-from .world import create_instance, publish_app, register_allocation
+from .world import SLURM_ADAPTER, create_instance, publish_app, register_allocation
 
 STATUSES = list(INSTANCE_TRANSITIONS)
 # Shortest legal path from created to each status.
@@ -175,6 +175,42 @@ def test_add_member_respects_adapter_max_and_hosts(world, database):
     inst = world.call("project_admin", "GET", f"/v1/instances/{iid}", 200).json()
     assert {r["name"]: (r["desired_count"], r["member_count"]) for r in inst["topology"]["roles"]} == {
         "controller": (1, 1), "worker": (3, 3)}
+
+
+def test_exclusive_roles_keep_their_hosts_to_themselves(world, database):
+    adapter = {**SLURM_ADAPTER, "roles": [{**r, "exclusive": r["name"] == "controller"}
+                                          for r in SLURM_ADAPTER["roles"]]}
+    publish_app(world, "dedicated", adapter=adapter)
+    world.call("platform_admin", "POST", f"/v1/projects/{world.ids['project_a1']}/entitlements", 201,
+               json={"app_slug": "dedicated"})
+    alloc = register_allocation(world, "project_a1", "alloc-excl")["id"]
+    base = {"app_slug": "dedicated", "allocation_ids": [alloc]}
+
+    # Three hosts cannot hold a controller of its own and three workers.
+    reasons = refusal(world, base | {"name": "x", "topology": [{"role": "worker", "count": 3}]})
+    assert reasons == {"placement.exclusive": "role worker needs 3 hosts; the chosen allocations have too few "
+                                              "free hosts to keep ['controller'] on hosts of their own"}
+    # Nor may an explicit placement put a worker on the controller's host.
+    on = [{"allocation_id": alloc, "host_name": h} for h in ("alloc-excl-h0", "alloc-excl-h1")]
+    reasons = refusal(world, base | {"name": "x", "topology": [{"role": "controller", "count": 1, "placement": on[:1]},
+                                                               {"role": "worker", "count": 2, "placement": on}]})
+    assert reasons == {"placement.exclusive": "host alloc-excl-h0 would carry controller, worker; role controller "
+                                              "must have its hosts to itself"}
+
+    inst = world.call("project_admin", "POST", f"/v1/projects/{world.ids['project_a1']}/instances", 201,
+                      json=base | {"name": "excl", "topology": [{"role": "worker", "count": 2}]}).json()
+    members = world.call("project_admin", "GET", f"/v1/instances/{inst['id']}/members", 200).json()["items"]
+    assert sorted((m["role"], m["host_name"]) for m in members) == [
+        ("controller", "alloc-excl-h0"), ("worker", "alloc-excl-h1"), ("worker", "alloc-excl-h2")]
+    with database.transaction() as conn:
+        # The only host without a worker is the controller's: no automatic choice, and no explicit one.
+        with pytest.raises(ApiError) as exc:
+            service.add_member(conn, SYSTEM, UUID(inst["id"]), "worker", UUID(alloc))
+        assert exc.value.code == "no_free_host"
+        with pytest.raises(ApiError) as exc:
+            service.add_member(conn, SYSTEM, UUID(inst["id"]), "worker", UUID(alloc), "alloc-excl-h0")
+        assert exc.value.code == "compatibility_refused"
+        assert [r["check"] for r in exc.value.details["reasons"]] == ["placement.exclusive"]
 
 
 def test_delete_needs_nothing_running(world, database):

@@ -135,11 +135,30 @@ def desired_counts(adapter: dict, requested: list[dict]) -> tuple[dict[str, int]
     return counts, problems
 
 
+def may_join(role: str, held: set[str], exclusive: set[str]) -> bool:
+    """May a host that already carries the roles `held` of an instance take a member of `role`? One
+    member per role per host, and a host of an exclusive role (adapter `roles[].exclusive`) carries
+    no other role."""
+    return role not in held and not (held and (role in exclusive or held & exclusive))
+
+
+def exclusive_problems(exclusive: set[str], members: list[PlannedMember]) -> list[dict]:
+    """The hosts where an exclusive role shares its host with another role of the instance."""
+    held: dict[Host, list[str]] = {}
+    for m in members:
+        held.setdefault((m.allocation_id, m.host_name), []).append(m.role)
+    return [reason("placement.exclusive", f"host {host} would carry {', '.join(sorted(roles))}; role "
+                   f"{', '.join(sorted(set(roles) & exclusive))} must have its hosts to itself",
+                   allocation_id=alloc_id, host_name=host, roles=sorted(roles))
+            for (alloc_id, host), roles in held.items() if len(roles) > 1 and set(roles) & exclusive]
+
+
 def place(counts: dict[str, int], requested: list[dict], allocations: list[dict],
-          busy: set[Host]) -> tuple[list[PlannedMember], list[dict]]:
+          busy: set[Host], exclusive: set[str] = frozenset()) -> tuple[list[PlannedMember], list[dict]]:
     """Map logical roles onto hosts of the chosen allocations. The platform chooses hosts (round robin
     over the hosts no other instance holds, so roles spread out) unless a role names its placement
-    explicitly (the caller refuses busy explicit hosts). One member per role per host."""
+    explicitly (the caller refuses busy explicit hosts). One member per role per host; a chosen host
+    of an `exclusive` role carries no other role (explicit placements are checked by the caller)."""
     hosts = [(a["id"], h["name"]) for a in allocations for h in a["hosts"]]
     known = set(hosts)
     free = [h for h in hosts if h not in busy]
@@ -167,9 +186,16 @@ def place(counts: dict[str, int], requested: list[dict], allocations: list[dict]
                                    role=role, count=count, hosts=len(free)))
             continue
         for _ in range(count):
-            alloc_id, host = free[cursor % len(free)]
-            members.append(PlannedMember(role, alloc_id, host))
-            cursor += 1
+            start = cursor % len(free)
+            pick = next((h for h in free[start:] + free[:start] if may_join(role, {
+                m.role for m in members if (m.allocation_id, m.host_name) == h}, exclusive)), None)
+            if pick is None:
+                problems.append(reason("placement.exclusive", f"role {role} needs {count} hosts; the chosen "
+                                       f"allocations have too few free hosts to keep {sorted(exclusive)} on "
+                                       "hosts of their own", role=role, count=count, hosts=len(free)))
+                break
+            members.append(PlannedMember(role, *pick))
+            cursor = free.index(pick) + 1
     return members, problems
 
 

@@ -122,9 +122,14 @@ def check_binding(conn: psycopg.Connection, tenant_id: UUID, project_id: UUID, v
     for a in allocations.values():
         problems += rules.allocation_problems(compat, a)
     problems += rules.topology_problems(compat, members, allocations)
+    problems += rules.exclusive_problems(exclusive_roles(version), members)
     if problems:
         raise ApiError(422, "compatibility_refused", "the chosen allocations and topology cannot run this app",
                        {"reasons": problems})
+
+
+def exclusive_roles(version: dict) -> set[str]:
+    return {r["name"] for r in version["adapter"]["roles"] if r.get("exclusive")}
 
 
 def shares_hosts(version: dict) -> bool:
@@ -182,7 +187,8 @@ def create_instance(conn: psycopg.Connection, actor: Principal, project: dict, b
     if not topo_problems and allocations:
         busy = allocations_service.busy_hosts(conn, [a["id"] for a in allocations], instance_id=None,
                                               shares_hosts=shares_hosts(version))
-        members, placement_problems = rules.place(counts, requested, allocations, busy)
+        members, placement_problems = rules.place(counts, requested, allocations, busy,
+                                                  exclusive_roles(version))
         problems += placement_problems
         refuse_busy({(m.allocation_id, m.host_name) for m in members} & busy)
     check_binding(conn, project["tenant_id"], project["id"], version, {a["id"]: a for a in allocations}, members,
@@ -315,10 +321,13 @@ def add_member(conn: psycopg.Connection, actor: Principal, instance_id: UUID, ro
     taken = {m["host_name"] for m in live if m["role"] == role and m["allocation_id"] == allocation_id}
     names = [h["name"] for h in allocation["hosts"]]
     if host_name is None:
-        host_name = next((h for h in names if h not in taken and h not in busy), None)
+        exclusive = exclusive_roles(version)
+        host_name = next((h for h in names if h not in busy and rules.may_join(role, {
+            m["role"] for m in live if m["allocation_id"] == allocation_id and m["host_name"] == h}, exclusive)),
+            None)
         if host_name is None:
-            raise conflict("no_free_host", f"every host of allocation {allocation['name']} already has a {role} "
-                           "or carries another instance")
+            raise conflict("no_free_host", f"every host of allocation {allocation['name']} already has a {role}, "
+                           "carries another instance, or carries a role that keeps its host to itself")
     elif host_name not in names:
         raise unprocessable("placement.host", f"host {host_name} is not in allocation {allocation['name']}")
     elif host_name in taken:
