@@ -103,6 +103,33 @@ def test_register_refuses_a_new_build_under_a_registered_version(world, tmp_path
         register(_admin(world), source, activate=True)
 
 
+def test_register_pins_a_workload_image_per_version(world, tmp_path):
+    source = tmp_path / "src"
+    shutil.copytree(OPSAPP, source)
+    descriptor = yaml.safe_load((source / "adapters" / "opsapp.yml").read_text())
+    descriptor["workload"] = {"artifact_kind": "oci", "variable": "opsapp_image"}
+    (source / "adapters" / "opsapp.yml").write_text(yaml.safe_dump(descriptor))
+    tarball = build(source, tmp_path)
+    images = {tag: f"127.0.0.1:5000/team/web@sha256:{hashlib.sha256(tag.encode()).hexdigest()}" for tag in "ab"}
+
+    (app_only,) = register(_admin(world), tarball, activate=True)
+    assert (app_only.app, app_only.status) == ("opsapp", "needs_workload")
+    with pytest.raises(RegisterError, match="no descriptor of this build declares"):
+        register(_admin(world), tarball, workloads={"slurm": images["a"]})
+
+    (stable,) = register(_admin(world), tarball, activate=True, workloads={"opsapp": images["a"]})
+    (candidate,) = register(_admin(world), tarball, canary=True, workloads={"opsapp": images["b"]})
+    assert (stable.version, stable.status) == (f"1.0.0+{images['a'][-64:][:12]}", "active")
+    assert (candidate.version, candidate.status) == (f"1.0.0+{images['b'][-64:][:12]}", "canary")
+    got = world.call("platform_admin", "GET", f"/v1/catalog/apps/opsapp/versions/{candidate.version}", 200).json()
+    assert (got["workload_artifact_reference"], got["workload_artifact_status"], got["artifact_id"]) == (
+        images["b"], "canary", stable.artifact_id)
+    # Again: nothing new; then the candidate is promoted.
+    assert register(_admin(world), tarball, canary=True, workloads={"opsapp": images["b"]}) == [candidate]
+    (promoted,) = register(_admin(world), tarball, activate=True, workloads={"opsapp": images["b"]})
+    assert (promoted.version, promoted.status) == (candidate.version, "active")
+
+
 def test_a_collection_artifact_needs_its_content_stored(world):
     r = world.call("platform_admin", "POST", "/v1/catalog/apps/slurm/artifacts", 422, json={
         "kind": "collection", "reference": "collections/gpuaas.apps:0.1.0@sha256:" + "cd" * 32})

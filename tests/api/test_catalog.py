@@ -121,13 +121,15 @@ def test_retiring_is_refused_while_an_instance_references_the_artifact(world):
 
 
 # Adapter specs the catalog refuses, each with the words its 422 must contain.
+DISTINCT = "the secrets, target variables and workload variable must have distinct names"
 BAD_SPECS = [
     ({"roles": [{"name": "controller", "min": 2, "max": 1}]}, "min must not exceed max"),
     ({"actions": {"deploy": "gpuaas.apps.slurm_deploy"}}, "actions must include ['decommission']"),
     ({"actions": {"deploy": "not a playbook", "decommission": "gpuaas.apps.d"}}, "String should match pattern"),
     ({"targets": {"members": "slurm_members"}}, "action member_replace needs targets.old and targets.new"),
     ({"status": {"module": "gpuaas.apps.slurm_info", "role": "scheduler"}}, "status names role 'scheduler'"),
-    ({"secrets": {"slurm_members": {"kind": "token"}}}, "a secret and a target variable share a name"),
+    ({"secrets": {"slurm_members": {"kind": "token"}}}, DISTINCT),
+    ({"workload": {"artifact_kind": "oci", "variable": "munge_key"}}, DISTINCT),
     ({"vars": {"ansible_connection": "local"}}, "vars sets 'ansible_connection'"),
     ({"secrets": {"munge_key": {"kind": "password"}}}, "Input should be 'random_bytes'"),
 ]

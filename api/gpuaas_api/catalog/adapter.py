@@ -90,6 +90,14 @@ class StatusSpec(Strict):
                                                          description="further module options, set by the catalog")
 
 
+class WorkloadSpec(Strict):
+    """What the app runs besides its collection: every version pins one artifact of `artifact_kind`
+    (an OCI image), by its own digest, and each run gets it in `variable` as
+    `registry/repository@sha256:<hex>`."""
+    artifact_kind: Literal["oci"]
+    variable: VariableName
+
+
 class HealthSpec(Strict):
     proof: ShortText = Field(description="what a successful deploy proves about the app, shown on its healthy event")
 
@@ -107,6 +115,8 @@ class AdapterSpec(Strict):
         description='JSON Schema of what a tenant may set: {"type": "object", "additionalProperties": false, '
                     '"properties": {...}}; default: nothing')
     status: StatusSpec | None = None
+    workload: WorkloadSpec | None = Field(default=None, description="the artifact each version pins for the "
+                                          "app to run (e.g. its OCI image); none for apps that are only a collection")
     health: HealthSpec | None = None
     compatibility: Compatibility | None = Field(default=None, description="the version's default compatibility")
 
@@ -128,8 +138,8 @@ class AdapterSpec(Strict):
                 if role not in names:
                     problems.append(f"status names role {role!r}, which is not in roles")
         platform_vars = self.platform_variables()
-        if len(platform_vars) != len(self.secrets) + len(self.target_variables()):
-            problems.append("a secret and a target variable share a name")
+        if len(platform_vars) != len(self.secrets) + len(self.target_variables()) + bool(self.workload):
+            problems.append("the secrets, target variables and workload variable must have distinct names")
         for name in platform_vars:
             if (why := parameters.name_problem(name, set())) is not None:
                 problems.append(f"variable {name!r} {why}")
@@ -146,8 +156,8 @@ class AdapterSpec(Strict):
         return {v for v in self.targets.model_dump().values() if v}
 
     def platform_variables(self) -> set[str]:
-        """Variables the platform sets for a run: operation targets and secrets."""
-        return self.target_variables() | set(self.secrets)
+        """Variables the platform sets for a run: operation targets, secrets and the workload artifact."""
+        return self.target_variables() | set(self.secrets) | ({self.workload.variable} if self.workload else set())
 
     def role(self, name: str) -> AdapterRole | None:
         return next((r for r in self.roles if r.name == name), None)

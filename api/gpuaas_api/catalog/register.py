@@ -80,10 +80,16 @@ def descriptors(tarball: Path) -> list[AppDescriptor]:
     return out
 
 
-def register(api: httpx.Client, source: Path, *, activate: bool = False,
-             reason: str = "registered") -> list[Registered]:
+def register(api: httpx.Client, source: Path, *, activate: bool = False, canary: bool = False,
+             workloads: dict[str, str] | None = None, reason: str = "registered") -> list[Registered]:
     """Register every app the collection at `source` (a tarball or a directory) describes; `api` carries
-    the base URL and the platform admin's token."""
+    the base URL and the platform admin's token. An app whose versions pin a workload (its image)
+    gets a version only for the image `workloads[slug]` names, as `<descriptor version>+<digest>`
+    (12 hex digits); without one, only the app is created. `activate` promotes what it registers to
+    active, `canary` to canary (only instances that opted in may bind it)."""
+    if activate and canary:
+        raise RegisterError("choose --activate or --canary, not both")
+    target = "active" if activate else "canary" if canary else None
     with tempfile.TemporaryDirectory() as out:
         tarball = build(source, Path(out))
         digest = "sha256:" + hashlib.sha256(tarball.read_bytes()).hexdigest()
@@ -92,36 +98,56 @@ def register(api: httpx.Client, source: Path, *, activate: bool = False,
         _call(api, "PUT", f"/v1/content/{digest}", (200, 201), content=tarball.read_bytes(),
               headers={"Content-Type": "application/octet-stream"})
     reference = f"collections/{manifest['namespace']}.{manifest['name']}:{manifest['version']}@{digest}"
-    return [_register_app(api, d, digest, reference, activate, reason) for d in apps]
+    unknown = set(workloads or {}) - {d.app.slug for d in apps if d.workload}
+    if unknown:
+        raise RegisterError(f"--workload names {sorted(unknown)}, which no descriptor of this build declares "
+                            "with a workload")
+    return [_register_app(api, d, digest, reference, (workloads or {}).get(d.app.slug), target, reason)
+            for d in apps]
 
 
-def _register_app(api: httpx.Client, d: AppDescriptor, digest: str, reference: str, activate: bool,
-                  reason: str) -> Registered:
+def _register_app(api: httpx.Client, d: AppDescriptor, digest: str, reference: str, image: str | None,
+                  target: str | None, reason: str) -> Registered:
     slug = d.app.slug
     if _call(api, "GET", f"/v1/catalog/apps/{slug}", (200, 404)).status_code == 404:
         _call(api, "POST", "/v1/catalog/apps", (201,), json=d.app.model_dump())
-    artifacts = _call(api, "GET", f"/v1/catalog/apps/{slug}/artifacts", (200,), params={"limit": 200}).json()["items"]
-    artifact = next((a for a in artifacts if a["digest"] == digest and a["kind"] == "collection"), None)
-    if artifact is None:
-        artifact = _call(api, "POST", f"/v1/catalog/apps/{slug}/artifacts", (201,),
-                         json={"kind": "collection", "reference": reference}).json()
-    if activate:
-        for step in PROMOTION[PROMOTION.index(artifact["status"]) + 1:] if artifact["status"] in PROMOTION else ():
-            artifact = _call(api, "POST", f"/v1/catalog/artifacts/{artifact['id']}/transitions", (200,),
-                             json={"to": step, "reason": reason}).json()
-    found = _call(api, "GET", f"/v1/catalog/apps/{slug}/versions/{d.version}", (200, 404))
+    artifact = _artifact(api, slug, "collection", reference, target, reason)
+    name, body = d.version, {"artifact_id": artifact["id"], "adapter": d.spec().model_dump(mode="json")}
+    if d.workload:
+        if image is None:
+            return Registered(slug, "", digest, artifact["id"], "", "needs_workload")
+        pinned = _artifact(api, slug, d.workload.artifact_kind, image, target, reason)
+        name = f"{d.version}+{pinned['digest'].split(':')[1][:12]}"
+        body["workload_artifact_id"] = pinned["id"]
+    found = _call(api, "GET", f"/v1/catalog/apps/{slug}/versions/{name}", (200, 404))
     if found.status_code == 200:
         version = found.json()
-        if version["artifact_id"] != artifact["id"]:
-            raise RegisterError(f"{slug} {d.version} is already registered with another build "
+        if (version["artifact_id"], version["workload_artifact_id"]) != (artifact["id"], body.get(
+                "workload_artifact_id")):
+            raise RegisterError(f"{slug} {name} is already registered with another build "
                                 f"({version['artifact_reference']}); give this build a new version")
     else:
-        version = _call(api, "POST", f"/v1/catalog/apps/{slug}/versions", (201,), json={
-            "version": d.version, "artifact_id": artifact["id"], "adapter": d.spec().model_dump(mode="json")}).json()
-    if activate and version["status"] != "active":
-        version = _call(api, "POST", f"/v1/catalog/apps/{slug}/versions/{d.version}/transitions", (200,),
-                        json={"to": "active", "reason": reason}).json()
-    return Registered(slug, d.version, digest, artifact["id"], version["id"], version["status"])
+        version = _call(api, "POST", f"/v1/catalog/apps/{slug}/versions", (201,), json={"version": name} | body).json()
+    if target and version["status"] != target and version["status"] != "active":
+        version = _call(api, "POST", f"/v1/catalog/apps/{slug}/versions/{name}/transitions", (200,),
+                        json={"to": target, "reason": reason}).json()
+    return Registered(slug, name, digest, artifact["id"], version["id"], version["status"])
+
+
+def _artifact(api: httpx.Client, slug: str, kind: str, reference: str, target: str | None, reason: str) -> dict:
+    """The app's artifact of `kind` for `reference` (by digest), created when missing, promoted up to
+    `target`; one that is further along already stays where it is."""
+    digest = reference.rpartition("@")[2]
+    artifacts = _call(api, "GET", f"/v1/catalog/apps/{slug}/artifacts", (200,), params={"limit": 200}).json()["items"]
+    artifact = next((a for a in artifacts if a["digest"] == digest and a["kind"] == kind), None)
+    if artifact is None:
+        artifact = _call(api, "POST", f"/v1/catalog/apps/{slug}/artifacts", (201,),
+                         json={"kind": kind, "reference": reference}).json()
+    if target and artifact["status"] in PROMOTION:
+        for step in PROMOTION[PROMOTION.index(artifact["status"]) + 1:PROMOTION.index(target) + 1]:
+            artifact = _call(api, "POST", f"/v1/catalog/artifacts/{artifact['id']}/transitions", (200,),
+                             json={"to": step, "reason": reason}).json()
+    return artifact
 
 
 def _call(api: httpx.Client, method: str, path: str, expect: tuple[int, ...], **kw) -> httpx.Response:

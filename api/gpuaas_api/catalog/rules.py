@@ -18,13 +18,18 @@ ARTIFACT_TRANSITIONS: dict[str, frozenset[str]] = {
     "retired": frozenset(),
 }
 
-# A version is published (active) only while its artifact is active; a deprecated version stays
-# usable by the instances already on it but cannot back a new instance.
+# A version is published (active) only while its artifacts are active; in canary while they are
+# canary or active, it backs only instances that opted in to canary versions; a deprecated version
+# stays usable by the instances already on it but cannot back a new instance. A canary artifact
+# sent back to staged sends its canary versions back to draft.
 VERSION_TRANSITIONS: dict[str, frozenset[str]] = {
-    "draft": frozenset({"active", "deprecated"}),
+    "draft": frozenset({"canary", "active", "deprecated"}),
+    "canary": frozenset({"active", "draft", "deprecated"}),
     "active": frozenset({"deprecated"}),
     "deprecated": frozenset(),
 }
+# The artifact states a version in each status may stand on.
+VERSION_NEEDS: dict[str, frozenset[str]] = {"active": frozenset({"active"}), "canary": frozenset({"canary", "active"})}
 
 _DIGEST = re.compile(r"^(sha256:[a-f0-9]{64}|sha512:[a-f0-9]{128})$")
 _REGISTRY = re.compile(r"^(localhost|[A-Za-z0-9-]+(\.[A-Za-z0-9-]+)+|[A-Za-z0-9-]+)(:[0-9]{1,5})?$")

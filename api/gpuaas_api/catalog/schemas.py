@@ -64,7 +64,9 @@ class Artifact(BaseModel):
 
 class VersionCreate(Strict):
     version: VersionString
-    artifact_id: UUID
+    artifact_id: UUID = Field(description="the collection build every run of this version executes")
+    workload_artifact_id: UUID | None = Field(default=None, description="the artifact the app runs (its OCI image, "
+                                              "by digest): required when the adapter declares a workload")
     compatibility: Compatibility | None = Field(default=None, description="default: the adapter's compatibility")
     runtime_profile: JsonObject = Field(default_factory=dict,
                                         description="image, ports, env, resources; never secret values")
@@ -85,6 +87,9 @@ class Version(BaseModel):
     artifact_id: UUID
     artifact_reference: str
     artifact_status: str
+    workload_artifact_id: UUID | None = None
+    workload_artifact_reference: str | None = None
+    workload_artifact_status: str | None = None
     compatibility: Compatibility
     runtime_profile: dict[str, Any]
     adapter: AdapterSpec
@@ -99,5 +104,5 @@ class ArtifactTransition(Strict):
 
 
 class VersionTransition(Strict):
-    to: Literal["draft", "active", "deprecated"]
+    to: Literal["draft", "canary", "active", "deprecated"]
     reason: Reason

@@ -10,12 +10,34 @@ from psycopg.types.json import Jsonb
 from ..audit import service as audit
 from ..errors import conflict, not_found, unprocessable
 from ..iam.auth import Principal
-from .rules import ARTIFACT_TRANSITIONS, VERSION_TRANSITIONS, check_transition, parse_reference
+from .rules import ARTIFACT_TRANSITIONS, VERSION_NEEDS, VERSION_TRANSITIONS, check_transition, parse_reference
 
 VERSION_SELECT = """
-SELECT v.*, a.reference AS artifact_reference, a.status AS artifact_status, a.registry AS artifact_registry
+SELECT v.*, a.reference AS artifact_reference, a.status AS artifact_status, a.registry AS artifact_registry,
+       a.kind AS artifact_kind, a.digest AS artifact_digest,
+       w.reference AS workload_artifact_reference, w.status AS workload_artifact_status,
+       w.registry AS workload_artifact_registry, w.repository AS workload_artifact_repository,
+       w.digest AS workload_artifact_digest
   FROM app_versions v JOIN artifacts a ON a.id = v.artifact_id
+  LEFT JOIN artifacts w ON w.id = v.workload_artifact_id
 """
+
+
+def version_artifacts(version: dict) -> list[tuple[str, str]]:
+    """(reference, status) of every artifact a version stands on: its collection build and, for an app
+    with a workload, the workload's artifact."""
+    pinned = [(version["artifact_reference"], version["artifact_status"])]
+    if version.get("workload_artifact_id"):
+        pinned.append((version["workload_artifact_reference"], version["workload_artifact_status"]))
+    return pinned
+
+
+def workload_image(version: dict) -> str | None:
+    """The workload artifact as a run pulls it: `registry/repository@digest`, no tag."""
+    if not version.get("workload_artifact_id"):
+        return None
+    return f"{version['workload_artifact_registry']}/{version['workload_artifact_repository']}@" \
+           f"{version['workload_artifact_digest']}"
 
 
 def get_app(conn: psycopg.Connection, slug: str) -> dict:
@@ -89,7 +111,7 @@ def transition_artifact(conn, actor: Principal, artifact_id: UUID, target: str, 
         users = conn.execute(
             """SELECT count(*) AS n FROM app_instances i
                 WHERE i.deleted_at IS NULL AND EXISTS (
-                      SELECT 1 FROM app_versions v WHERE v.artifact_id = %s
+                      SELECT 1 FROM app_versions v WHERE %s IN (v.artifact_id, v.workload_artifact_id)
                          AND v.id IN (i.app_version_id, i.previous_version_id))""",
             (artifact_id,),
         ).fetchone()["n"]
@@ -101,48 +123,74 @@ def transition_artifact(conn, actor: Principal, artifact_id: UUID, target: str, 
     audit.record(conn, actor, "apps.catalog.artifact.transition", "artifact", artifact_id,
                  before={"status": before["status"]}, after={"status": target}, reason=reason,
                  context={"app_slug": before["app_slug"]})
-    if before["status"] == "active":
-        # An active version may not reference a non-active artifact: deprecate those versions too.
+    # A version may only stand on artifacts its status allows (rules.VERSION_NEEDS): an active artifact
+    # leaving active deprecates the versions on it; a canary one sent back to staged returns its canary
+    # versions to draft.
+    follow = {"active": ("active", "deprecated"), "canary": ("canary", "draft")}.get(before["status"])
+    if follow and target not in VERSION_NEEDS.get(follow[0], ()):
+        was, now = follow
         for version in conn.execute(
-            """UPDATE app_versions SET status = 'deprecated', updated_at = now()
-                WHERE artifact_id = %s AND status = 'active' RETURNING id, version""", (artifact_id,)
+            """UPDATE app_versions SET status = %s, updated_at = now()
+                WHERE %s IN (artifact_id, workload_artifact_id) AND status = %s RETURNING id, version""",
+            (now, artifact_id, was),
         ).fetchall():
             audit.record(conn, actor, "apps.catalog.version.transition", "app_version", version["id"],
-                         before={"status": "active"}, after={"status": "deprecated"},
+                         before={"status": was}, after={"status": now},
                          reason=f"artifact {artifact_id} moved to {target}: {reason}",
                          context={"app_slug": before["app_slug"]})
     return after
 
 
+def _version_artifact(conn, slug: str, artifact_id: UUID, field: str) -> dict:
+    artifact = get_artifact(conn, artifact_id)
+    if artifact["app_slug"] != slug:
+        raise unprocessable("artifact_mismatch", f"{field}: the artifact belongs to another app", field=field)
+    if artifact["status"] == "retired":
+        raise unprocessable("artifact_retired", f"{field}: a retired artifact cannot back a new version", field=field)
+    return artifact
+
+
 def create_version(conn, actor: Principal, slug: str, body) -> dict:
     get_app(conn, slug)
-    artifact = get_artifact(conn, body.artifact_id)
-    if artifact["app_slug"] != slug:
-        raise unprocessable("artifact_mismatch", "artifact belongs to another app")
-    if artifact["status"] == "retired":
-        raise unprocessable("artifact_retired", "a retired artifact cannot back a new version")
+    _version_artifact(conn, slug, body.artifact_id, "artifact_id")
+    workload = body.adapter.workload
+    if workload and body.workload_artifact_id is None:
+        raise unprocessable("workload_artifact_required", f"the adapter runs a workload: workload_artifact_id must "
+                            f"name the version's {workload.artifact_kind} artifact")
+    if body.workload_artifact_id is not None:
+        if workload is None:
+            raise unprocessable("workload_not_declared", "workload_artifact_id is set but the adapter declares "
+                                "no workload")
+        pinned = _version_artifact(conn, slug, body.workload_artifact_id, "workload_artifact_id")
+        if pinned["kind"] != workload.artifact_kind:
+            raise unprocessable("workload_artifact_kind", f"the workload artifact is of kind {pinned['kind']}; the "
+                                f"adapter runs {workload.artifact_kind}", kind=pinned["kind"])
     row = conn.execute(
-        """INSERT INTO app_versions (app_slug, version, artifact_id, compatibility, runtime_profile, adapter)
-           VALUES (%s, %s, %s, %s, %s, %s) RETURNING id""",
-        (slug, body.version, body.artifact_id, Jsonb(body.compatibility.model_dump()),
+        """INSERT INTO app_versions (app_slug, version, artifact_id, workload_artifact_id, compatibility,
+               runtime_profile, adapter)
+           VALUES (%s, %s, %s, %s, %s, %s, %s) RETURNING id""",
+        (slug, body.version, body.artifact_id, body.workload_artifact_id, Jsonb(body.compatibility.model_dump()),
          Jsonb(body.runtime_profile), Jsonb(body.adapter.model_dump())),
     ).fetchone()
     version = get_version_by_id(conn, row["id"])
     audit.record(conn, actor, "apps.catalog.version.create", "app_version", row["id"],
-                 after={"version": body.version, "artifact_id": body.artifact_id}, context={"app_slug": slug})
+                 after={"version": body.version, "artifact_id": body.artifact_id,
+                        "workload_artifact_id": body.workload_artifact_id}, context={"app_slug": slug})
     return version
 
 
 def transition_version(conn, actor: Principal, slug: str, version: str, target: str, reason: str) -> dict:
     before = get_version(conn, slug, version)
     conn.execute("SELECT 1 FROM app_versions WHERE id = %s FOR UPDATE", (before["id"],))
-    conn.execute("SELECT 1 FROM artifacts WHERE id = %s FOR SHARE", (before["artifact_id"],))
+    conn.execute("SELECT 1 FROM artifacts WHERE id IN (%s, %s) FOR SHARE",
+                 (before["artifact_id"], before["workload_artifact_id"]))
     before = get_version_by_id(conn, before["id"])
     check_transition(VERSION_TRANSITIONS, "version", before["status"], target)
-    if target == "active" and before["artifact_status"] != "active":
-        raise conflict("artifact_not_active",
-                       f"an active version cannot reference a {before['artifact_status']} artifact",
-                       artifact_id=str(before["artifact_id"]), artifact_status=before["artifact_status"])
+    for reference, status in version_artifacts(before):
+        if target in VERSION_NEEDS and status not in VERSION_NEEDS[target]:
+            raise conflict("artifact_not_active" if target == "active" else "artifact_not_canary",
+                           f"a {target} version cannot stand on a {status} artifact ({reference})",
+                           artifact_reference=reference, artifact_status=status)
     conn.execute("UPDATE app_versions SET status = %s, updated_at = now() WHERE id = %s", (target, before["id"]))
     audit.record(conn, actor, "apps.catalog.version.transition", "app_version", before["id"],
                  before={"status": before["status"]}, after={"status": target}, reason=reason,

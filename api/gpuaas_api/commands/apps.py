@@ -14,7 +14,12 @@ def register(sub: argparse._SubParsersAction) -> None:
     reg.add_argument("collection", type=Path, help="a collection tarball, or a collection directory to build")
     reg.add_argument("--api", default=os.environ.get("GPUAAS_API", "http://127.0.0.1:8000"),
                      help="the control service's URL (env GPUAAS_API)")
-    reg.add_argument("--activate", action="store_true", help="promote the artifact and the version to active")
+    reg.add_argument("--activate", action="store_true", help="promote the artifacts and the versions to active")
+    reg.add_argument("--canary", action="store_true", help="promote them to canary: only instances that opted "
+                     "in to canary versions may bind them")
+    reg.add_argument("--workload", action="append", default=[], metavar="APP=IMAGE",
+                     help="the image (registry/repository@sha256:...) a version of APP pins, for apps whose "
+                     "descriptor declares a workload; repeatable")
     reg.add_argument("--reason", default="registered with gpuaas apps register")
     reg.set_defaults(func=register_apps)
 
@@ -28,10 +33,18 @@ def register_apps(args: argparse.Namespace) -> int:
     if not token:
         print("gpuaas apps register: set GPUAAS_TOKEN to the platform admin's token", file=sys.stderr)
         return 2
+    workloads = dict(w.partition("=")[::2] for w in args.workload)
+    if any(not app or not image for app, image in workloads.items()):
+        print("gpuaas apps register: --workload takes APP=IMAGE", file=sys.stderr)
+        return 2
     with httpx.Client(base_url=args.api, headers={"Authorization": f"Bearer {token}"}, timeout=120) as api:
         try:
-            for r in register(api, args.collection, activate=args.activate, reason=args.reason):
-                print(f"{r.app} {r.version}: {r.status}, artifact {r.artifact_id} ({r.digest})")
+            for r in register(api, args.collection, activate=args.activate, canary=args.canary,
+                              workloads=workloads, reason=args.reason):
+                if r.status == "needs_workload":
+                    print(f"{r.app}: app only; its versions pin an image: --workload {r.app}=REGISTRY/REPO@sha256:...")
+                else:
+                    print(f"{r.app} {r.version}: {r.status}, artifact {r.artifact_id} ({r.digest})")
         except (RegisterError, httpx.HTTPError) as exc:
             print(f"gpuaas apps register: {exc}", file=sys.stderr)
             return 1

@@ -6,7 +6,8 @@ secret vars.
 Inventory hosts are member node names; `ansible_host`, `ansible_user` and `ansible_port` come from
 the allocation host. Groups are the adapter roles' inventory groups. Extra vars, later ones winning:
 the spec's vars, the tenant parameters (the instance's, with a reconfigure request's merged over them;
-checked against the version's declared schema), the spec's action_vars[kind], then the operation's
+checked against the version's declared schema), the spec's action_vars[kind], the version's workload
+artifact (`registry/repository@digest`) under the spec's workload variable, then the operation's
 targets under the spec's target variables. The runner hands all of them to Ansible as unsafe."""
 
 from __future__ import annotations
@@ -19,6 +20,7 @@ import psycopg
 
 from ..catalog import parameters
 from ..catalog.adapter import AdapterSpec
+from ..catalog.service import get_version_by_id, workload_image
 from ..config import OperationSettings
 from ..errors import unprocessable
 from ..secrets import service as secrets
@@ -46,11 +48,6 @@ class RunPlan:
     secret_strings: list[str] = field(default_factory=list, repr=False)
 
 
-def _version(conn, version_id: UUID) -> dict:
-    return conn.execute("""SELECT v.*, a.kind AS artifact_kind, a.digest AS artifact_digest FROM app_versions v
-                             JOIN artifacts a ON a.id = v.artifact_id WHERE v.id = %s""", (version_id,)).fetchone()
-
-
 def _targets(op: dict, by_id: dict) -> dict[str, list[str]]:
     """The operation's targets by name (members, old, new) as node names."""
     targets = op["params"].get("targets") or {}
@@ -60,7 +57,7 @@ def _targets(op: dict, by_id: dict) -> dict[str, list[str]]:
 
 def build(conn: psycopg.Connection, settings: OperationSettings, op: dict, instance: dict) -> RunPlan:
     target_version = op["params"].get("target_version_id")
-    version = _version(conn, UUID(target_version) if target_version else instance["app_version_id"])
+    version = get_version_by_id(conn, UUID(target_version) if target_version else instance["app_version_id"])
     spec = AdapterSpec.model_validate(version["adapter"])
     kind = op["kind"]
     statuses = list(LIVE) + (["pending", "failed"] if kind == "decommission" else [])
@@ -75,6 +72,8 @@ def build(conn: psycopg.Connection, settings: OperationSettings, op: dict, insta
     # Checked again here: the version may have changed (upgrade, rollback) since the values were accepted.
     parameters.validate_for_version(version, tenant_vars)
     extravars = dict(spec.vars) | tenant_vars | spec.action_vars.get(kind, {})
+    if spec.workload:
+        extravars[spec.workload.variable] = workload_image(version)
     extravars |= {getattr(spec.targets, name): ",".join(nodes)
                   for name, nodes in _targets(op, {m["id"]: m for m in members}).items()
                   if getattr(spec.targets, name, None) and nodes}

@@ -244,11 +244,12 @@ MEMBER_STATES = frozenset({"active", "draining", "drained", "failed"})
 
 
 def observe(plan: planner.RunPlan, module_results: dict[str, dict]) -> dict[str, str | None]:
-    """Member id -> status, from the status module's `member_states` (first host that answered). The
-    module speaks the platform's words; a member it does not name, or names with another word, is
-    failed."""
-    res = next(iter(module_results.values()), {})
-    states = res.get("member_states") or {}
+    """Member id -> status, from the status module's `member_states`, merged over every host that
+    answered (a controller speaks for all its members; a replica host for itself). The module speaks
+    the platform's words; a member no host names, or names with another word, is failed."""
+    states: dict[str, str] = {}
+    for res in module_results.values():
+        states |= res.get("member_states") or {}
     return {member_id: states.get(node) if states.get(node) in MEMBER_STATES else "failed"
             for node, member_id in plan.node_members.items()}
 

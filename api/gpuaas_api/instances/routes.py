@@ -56,7 +56,7 @@ def get_instance(instance_id: UUID, caller: Caller, db: DB):
 def update_instance(instance_id: UUID, body: InstanceUpdate, caller: Caller, db: DB):
     with db.transaction() as conn:
         _authorized_instance(conn, caller, "apps.instance.update", instance_id)
-        return service.update_instance(conn, caller, instance_id, body.labels)
+        return service.update_instance(conn, caller, instance_id, body.model_dump(exclude_unset=True))
 
 
 @api.delete("/v1/instances/{instance_id}", status_code=204)

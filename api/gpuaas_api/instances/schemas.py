@@ -4,7 +4,7 @@ from datetime import datetime
 from typing import Annotated, Any, Literal
 from uuid import UUID
 
-from pydantic import BaseModel, ConfigDict, Field, StringConstraints
+from pydantic import BaseModel, ConfigDict, Field, StringConstraints, model_validator
 
 from ..allocations.schemas import Host
 from ..catalog.adapter import OperatingMode, RoleName, VersionString
@@ -45,10 +45,20 @@ class InstanceCreate(Strict):
     labels: dict[LabelKey, LabelValue] = Field(default_factory=dict, max_length=32)
     parameters: JsonObject = Field(default_factory=dict,
                                    description="extra vars for every run of this instance; never secret values")
+    canary: bool = Field(default=False, description="opt in to canary versions: only such instances may be "
+                         "created on, or upgraded to, a version in canary")
 
 
 class InstanceUpdate(Strict):
-    labels: dict[LabelKey, LabelValue] = Field(max_length=32)
+    labels: dict[LabelKey, LabelValue] | None = Field(default=None, max_length=32,
+                                                      description="replaces the instance's labels")
+    canary: bool | None = Field(default=None, description="opt in to (or out of) canary versions")
+
+    @model_validator(mode="after")
+    def _something_set(self):
+        if not self.model_fields_set or any(getattr(self, f) is None for f in self.model_fields_set):
+            raise ValueError("set labels, canary or both (not null)")
+        return self
 
 
 class RoleSummary(BaseModel):
@@ -70,6 +80,8 @@ class Instance(BaseModel):
     app_version: str
     app_version_id: UUID
     artifact_reference: str
+    workload_artifact_reference: str | None = None
+    canary: bool = False
     status: InstanceStatus
     status_reason: str
     operating_mode: str

@@ -16,7 +16,7 @@ from ..allocations import service as allocations_service
 from ..allocations.service import get_allocations
 from ..audit import service as audit
 from ..catalog import parameters
-from ..catalog.service import get_app, get_version, get_version_by_id, latest_active_version
+from ..catalog.service import get_app, get_version, get_version_by_id, latest_active_version, version_artifacts
 from ..common import page_of
 from ..errors import ApiError, conflict, not_found, unprocessable
 from ..iam.auth import SYSTEM, Principal
@@ -26,12 +26,14 @@ from . import rules
 
 VIEW_SELECT = """
 SELECT i.*, v.version AS app_version, a.reference AS artifact_reference,
+       w.reference AS workload_artifact_reference,
        (SELECT coalesce(json_object_agg(c.role, c.n), '{}'::json)
           FROM (SELECT m.role, count(*) AS n FROM app_instance_members m
                  WHERE m.instance_id = i.id AND m.status <> 'removed' GROUP BY m.role) c) AS member_counts
   FROM app_instances i
   JOIN app_versions v ON v.id = i.app_version_id
   JOIN artifacts a ON a.id = v.artifact_id
+  LEFT JOIN artifacts w ON w.id = v.workload_artifact_id
 """
 
 MEMBER_SELECT = """
@@ -84,17 +86,20 @@ def list_instances(conn: psycopg.Connection, *, project_id: UUID | None = None, 
     return [view(r) for r in items], nxt
 
 
-def check_version_usable(version: dict, *, rollback: bool = False) -> None:
-    """A new binding (create, upgrade) needs an active version; a rollback may return to a version
-    deprecated since, but never onto an artifact that is no longer active (409)."""
-    if version["status"] != "active" and not rollback:
-        raise conflict("version_not_usable",
-                       f"version {version['version']} is {version['status']}; only an active version can be bound",
-                       version=version["version"], status=version["status"])
-    if version["artifact_status"] != "active":
-        raise conflict("artifact_not_active", f"the artifact of version {version['version']} is "
-                       f"{version['artifact_status']}", version=version["version"],
-                       artifact_status=version["artifact_status"])
+def check_version_usable(version: dict, *, canary: bool, rollback: bool = False) -> None:
+    """A new binding (create, upgrade) needs an active version, or a canary one for an instance that
+    opted in to canary versions; a rollback may return to a version deprecated since. Never onto an
+    artifact that is not active (or canary, for an instance that opted in) (409)."""
+    usable = {"active", "canary"} if canary else {"active"}
+    if version["status"] not in usable and not rollback:
+        hint = " (an instance that opted in to canary versions may bind a canary one)" if not canary else ""
+        raise conflict("version_not_usable", f"version {version['version']} is {version['status']}; only an "
+                       f"active version can be bound{hint}", version=version["version"], status=version["status"])
+    for reference, status in version_artifacts(version):
+        if status not in usable:
+            raise conflict("artifact_not_active", f"artifact {reference} of version {version['version']} is "
+                           f"{status}", version=version["version"], artifact_reference=reference,
+                           artifact_status=status)
 
 
 def check_binding(conn: psycopg.Connection, tenant_id: UUID, project_id: UUID, version: dict,
@@ -109,6 +114,9 @@ def check_binding(conn: psycopg.Connection, tenant_id: UUID, project_id: UUID, v
                        {"app_slug": version["app_slug"]})
     overlay_rows = overlays_for(conn, tenant_id, project_id)
     checks = [("artifact_registry", version["artifact_registry"], f"artifact {version['artifact_reference']}")]
+    if version.get("workload_artifact_id"):
+        checks.append(("artifact_registry", version["workload_artifact_registry"],
+                       f"artifact {version['workload_artifact_reference']}"))
     for a in allocations.values():
         subject = f"allocation {a['name']}"
         checks += [("region", a["region"], subject), ("capacity_shape", a["capacity_shape"], subject)]
@@ -169,7 +177,7 @@ def create_instance(conn: psycopg.Connection, actor: Principal, project: dict, b
     entitlement and policy (403), compatibility (422), the project's instance quota (429; 0: none)."""
     app = get_app(conn, body.app_slug)
     version = get_version(conn, app["slug"], body.version) if body.version else latest_active_version(conn, app["slug"])
-    check_version_usable(version)
+    check_version_usable(version, canary=body.canary)
     parameters.validate_for_version(version, body.parameters)
     quotas.enforce(conn, project["id"], "instances", max_instances)
 
@@ -201,11 +209,11 @@ def create_instance(conn: psycopg.Connection, actor: Principal, project: dict, b
     instance = conn.execute(
         """INSERT INTO app_instances (tenant_id, project_id, name, app_slug, app_version_id, operating_mode,
                operating_mode_hint, control_plane_scope, runtime_backend, tenant_boundary_mode,
-               bound_capacity_shape, topology, labels, created_by, parameters)
-           VALUES (%s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s) RETURNING *""",
+               bound_capacity_shape, topology, labels, created_by, parameters, canary)
+           VALUES (%s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s) RETURNING *""",
         (project["tenant_id"], project["id"], body.name, app["slug"], version["id"], runtime.operating_mode,
          body.operating_mode, runtime.control_plane_scope, runtime.runtime_backend, runtime.tenant_boundary_mode,
-         "+".join(shapes), Jsonb(topology), Jsonb(body.labels), actor.id, Jsonb(body.parameters)),
+         "+".join(shapes), Jsonb(topology), Jsonb(body.labels), actor.id, Jsonb(body.parameters), body.canary),
     ).fetchone()
     nodes = rules.node_names([(m.allocation_id, m.host_name) for m in members],
                              {a["id"]: a["seq"] for a in allocations}, {})
@@ -218,6 +226,7 @@ def create_instance(conn: psycopg.Connection, actor: Principal, project: dict, b
         )
     audit.append_event(conn, instance, "apps.instance.requested", {
         "app_version": version["version"], "artifact_reference": version["artifact_reference"],
+        "workload_artifact_reference": version["workload_artifact_reference"], "canary": body.canary,
         "topology": topology, "allocation_ids": [str(a) for a in ids], "decisions": list(runtime.notes),
         "hints": {"operating_mode": body.operating_mode, "control_plane_scope": body.control_plane_scope},
     })
@@ -359,11 +368,14 @@ def add_member(conn: psycopg.Connection, actor: Principal, instance_id: UUID, ro
     return member
 
 
-def update_instance(conn: psycopg.Connection, actor: Principal, instance_id: UUID, labels: dict) -> dict:
+def update_instance(conn: psycopg.Connection, actor: Principal, instance_id: UUID, changes: dict) -> dict:
+    """Set the fields given (labels, canary); the others stay."""
     before = get_instance(conn, instance_id, lock=True)
-    conn.execute("UPDATE app_instances SET labels = %s, updated_at = now() WHERE id = %s", (Jsonb(labels), instance_id))
-    audit.record(conn, actor, "apps.instance.update", "app_instance", instance_id, before={"labels": before["labels"]},
-                 after={"labels": labels}, context=audit.instance_context(before))
+    after = {"labels": before["labels"], "canary": before["canary"]} | changes
+    conn.execute("UPDATE app_instances SET labels = %s, canary = %s, updated_at = now() WHERE id = %s",
+                 (Jsonb(after["labels"]), after["canary"], instance_id))
+    audit.record(conn, actor, "apps.instance.update", "app_instance", instance_id,
+                 before={k: before[k] for k in changes}, after=changes, context=audit.instance_context(before))
     return get_instance_view(conn, instance_id)
 
 

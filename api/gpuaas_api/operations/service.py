@@ -156,7 +156,7 @@ def _check_upgrade_target(conn, instance: dict, request: dict) -> dict:
         raise not_found("app_version", v["id"])
     if v["id"] == instance["app_version_id"]:
         raise conflict("already_at_version", f"the instance already runs version {v['version']}")
-    instances.check_version_usable(v)
+    instances.check_version_usable(v, canary=instance["canary"])
     instances.check_version_change(conn, instance, v)
     return {"target_version_id": str(v["id"])}
 
@@ -165,7 +165,7 @@ def _check_rollback_target(conn, instance: dict, request: dict) -> dict:
     if instance["previous_version_id"] is None:
         raise conflict("no_previous_version", "the instance has no previous version to roll back to")
     target = get_version_by_id(conn, instance["previous_version_id"])
-    instances.check_version_usable(target, rollback=True)
+    instances.check_version_usable(target, canary=instance["canary"], rollback=True)
     instances.check_version_change(conn, instance, target)
     return {"target_version_id": str(target["id"])}
 
