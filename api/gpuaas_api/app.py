@@ -24,9 +24,10 @@ from .iam.routes import api as iam_api
 from .instances.routes import api as instances_api
 from .operations.routes import api as operations_api
 from .policy.routes import api as policy_api
+from .registry.routes import api as registry_api
 
 ROUTERS = [iam_api, catalog_api, policy_api, allocations_api, instances_api, operations_api, audit_api, admin_api,
-           content_api]
+           content_api, registry_api]
 
 
 class Health(BaseModel):

@@ -52,6 +52,12 @@ class Settings:
     # Largest artifact upload (PUT /v1/content/{digest}, streamed, outside max_body_bytes).
     max_content_bytes: int = field(
         default_factory=lambda: int(os.environ.get("GPUAAS_MAX_CONTENT_BYTES", str(256 << 20))))
+    # The registry token service (GET /v1/registry/token): the `service` and `issuer` a registry with
+    # `auth: token` is configured with.
+    registry_token_service: str = field(
+        default_factory=lambda: os.environ.get("GPUAAS_REGISTRY_TOKEN_SERVICE", "gpuaas-registry"))
+    registry_token_issuer: str = field(
+        default_factory=lambda: os.environ.get("GPUAAS_REGISTRY_TOKEN_ISSUER", "gpuaas"))
 
 
 # Operations (issue 4) ----------------------------------------------------------------------------
@@ -89,3 +95,7 @@ class OperationSettings:
     max_open_operations_per_project: int = field(
         default_factory=lambda: int(os.environ.get("GPUAAS_MAX_OPEN_OPERATIONS_PER_PROJECT", "50")))
     timeouts: dict[str, int] = field(default_factory=_timeouts)
+    # Registries (host[:port]) whose pulls this service authorizes (their token realm is
+    # /v1/registry/token): a run of a workload from one of them gets a pull credential of its own.
+    pull_credential_registries: frozenset[str] = field(default_factory=lambda: frozenset(
+        r.strip() for r in os.environ.get("GPUAAS_PULL_CREDENTIAL_REGISTRIES", "").split(",") if r.strip()))

@@ -348,6 +348,9 @@ CASES: list[Case] = [
       lambda x, a: (lambda digest, data: ("PUT", f"/v1/content/{digest}", {"content": data}))(*x.fresh_content())),
     c("GET", "/v1/content/{digest}", {PA}, lambda x, a: ("GET", f"/v1/content/{x.stored_content()}", {})),
     c("HEAD", "/v1/content/{digest}", {PA}, lambda x, a: ("HEAD", f"/v1/content/{x.stored_content()}", {})),
+    # registry token service (the token route itself takes pull credentials, not API tokens:
+    # tests/api/test_registry_tokens.py)
+    c("GET", "/v1/registry/certificate", {PA}, lambda x, a: ("GET", "/v1/registry/certificate", {})),
     # break-glass
     c("GET", "/v1/admin/instances", {PA},
       lambda x, a: ("GET", "/v1/admin/instances", {"headers": {"X-Break-Glass-Reason": "incident 1234 triage"}})),
@@ -364,7 +367,8 @@ def ctx(shared, tmp_path_factory):
     # Every probe that creates an instance or queues an operation does so in one project: lift the
     # project quotas here (their own test is tests/security/test_f7_fairness.py).
     shared.app.state.settings = replace(shared.app.state.settings, max_instances_per_project=0)
-    shared.app.state.operation_settings = OperationSettings(max_open_operations_per_project=0)
+    shared.app.state.operation_settings = OperationSettings(max_open_operations_per_project=0,
+                                                            state_dir=tmp_path_factory.mktemp("state"))
     shared.app.state.content_store = ContentStore(tmp_path_factory.mktemp("content"))
     return Ctx(shared.world, shared.database)
 

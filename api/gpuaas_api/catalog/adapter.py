@@ -96,6 +96,10 @@ class WorkloadSpec(Strict):
     `registry/repository@sha256:<hex>`."""
     artifact_kind: Literal["oci"]
     variable: VariableName
+    pull_credential_variable: VariableName | None = Field(
+        default=None, description="receives {registry, username, password}: a credential issued for the run "
+        "alone, good only for pulling the artifact's repository (when the platform authorizes pulls from "
+        "its registry); absent otherwise")
 
 
 class HealthSpec(Strict):
@@ -138,8 +142,8 @@ class AdapterSpec(Strict):
                 if role not in names:
                     problems.append(f"status names role {role!r}, which is not in roles")
         platform_vars = self.platform_variables()
-        if len(platform_vars) != len(self.secrets) + len(self.target_variables()) + bool(self.workload):
-            problems.append("the secrets, target variables and workload variable must have distinct names")
+        if len(platform_vars) != len(self.secrets) + len(self.target_variables()) + len(self.workload_variables()):
+            problems.append("the secrets, target variables and workload variables must have distinct names")
         for name in platform_vars:
             if (why := parameters.name_problem(name, set())) is not None:
                 problems.append(f"variable {name!r} {why}")
@@ -157,7 +161,11 @@ class AdapterSpec(Strict):
 
     def platform_variables(self) -> set[str]:
         """Variables the platform sets for a run: operation targets, secrets and the workload artifact."""
-        return self.target_variables() | set(self.secrets) | ({self.workload.variable} if self.workload else set())
+        return self.target_variables() | set(self.secrets) | self.workload_variables()
+
+    def workload_variables(self) -> set[str]:
+        w = self.workload
+        return {v for v in (w.variable, w.pull_credential_variable) if v} if w else set()
 
     def role(self, name: str) -> AdapterRole | None:
         return next((r for r in self.roles if r.name == name), None)

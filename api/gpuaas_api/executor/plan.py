@@ -23,6 +23,7 @@ from ..catalog.adapter import AdapterSpec
 from ..catalog.service import get_version_by_id, workload_image
 from ..config import OperationSettings
 from ..errors import unprocessable
+from ..registry import credentials
 from ..secrets import service as secrets
 
 # Members that take part in a run: live ones, plus the operation's own targets (a joining or a
@@ -96,6 +97,12 @@ def build(conn: psycopg.Connection, settings: OperationSettings, op: dict, insta
     secrets.ensure(conn, settings, instance["id"], secret_specs)
     stored = secrets.load(conn, settings, instance["id"])
     plan.secret_vars = {name: secrets.as_variable(secret_specs[name], stored[name]) for name in secret_specs}
+    workload = spec.workload
+    if workload and workload.pull_credential_variable and \
+            version["workload_artifact_registry"] in settings.pull_credential_registries:
+        plan.secret_vars[workload.pull_credential_variable] = credentials.issue(
+            conn, instance, op["id"], version["workload_artifact_registry"],
+            version["workload_artifact_repository"], ttl_seconds=settings.timeouts[kind])
     plan.secret_strings = [t for v in plan.secret_vars.values() for t in secrets.secret_strings(v)]
     return plan
 

@@ -29,6 +29,7 @@ from ..errors import ApiError
 from ..instances import service as instances
 from ..operations import rules, truth
 from ..operations import service as ops
+from ..registry import credentials
 from . import plan as planner
 from . import runner
 
@@ -206,6 +207,7 @@ class Worker:
     def _record(self, conn: psycopg.Connection, op: dict, slot: str, status: str, error: dict | None,
                 outcome: dict | None, tarball: bytes) -> None:
         final = ops.finish(conn, op["id"], slot, status, error=error, result=outcome)
+        credentials.revoke(conn, op["id"])  # a run's pull credentials end with it
         if final is None:
             log.warning("operation %s: lease lost before completion; outcome left to its new owner", op["id"])
             return

@@ -20,7 +20,7 @@ from ..config import OperationSettings
 
 log = logging.getLogger(__name__)
 STRUCTURED = frozenset({"keypair", "registry_credential"})
-PUBLIC_FIELDS = frozenset({"public_key", "username"})
+PUBLIC_FIELDS = frozenset({"public_key", "username", "registry"})
 
 
 @lru_cache(maxsize=8)
@@ -84,7 +84,8 @@ def as_variable(spec: dict, text: str):
 
 
 def secret_strings(value) -> list[str]:
-    """The strings of a secret variable that must never be shown (a key pair's public key may be)."""
+    """The strings of a secret variable that must never be shown (a key pair's public key, a credential's
+    username and registry may be)."""
     if isinstance(value, dict):
         return [v for k, v in value.items() if k not in PUBLIC_FIELDS]
     return [value]
