@@ -334,6 +334,8 @@ CASES: list[Case] = [
       lambda x, a: ("GET", f"/v1/operations/{x.queued_operation()}", {})),
     c("POST", "/v1/operations/{operation_id}/cancel", {TA, PADM, SA},
       lambda x, a: ("POST", f"/v1/operations/{x.queued_operation()}/cancel", {})),
+    c("GET", "/v1/instances/{instance_id}/inventory", PROJECT_READERS,
+      lambda x, a: ("GET", f"/v1/instances/{x.ids['instance_a1']}/inventory", {})),
     c("GET", "/v1/instances/{instance_id}/operations", PROJECT_READERS,
       lambda x, a: ("GET", f"/v1/instances/{x.ids['instance_a1']}/operations", {})),
     c("GET", "/v1/operations/{operation_id}/artifacts", {TA, PADM, SA},

@@ -3,8 +3,8 @@
 for refresh), an inventory of the instance's members on their allocation hosts, extra vars and
 secret vars.
 
-Inventory hosts are member node names; `ansible_host`, `ansible_user` and `ansible_port` come from
-the allocation host. Groups are the adapter roles' inventory groups. Extra vars, later ones winning:
+The inventory is the instance's (instances/inventory.py, the same one operators and AWX get), with
+the platform's SSH key. Extra vars, later ones winning:
 the spec's vars, the tenant parameters (the instance's, with a reconfigure request's merged over them;
 checked against the version's declared schema), the spec's action_vars[kind], the version's workload
 artifact (`registry/repository@digest`) under the spec's workload variable, then the operation's
@@ -23,6 +23,7 @@ from ..catalog.adapter import AdapterSpec
 from ..catalog.service import get_version_by_id, workload_image
 from ..config import OperationSettings
 from ..errors import unprocessable
+from ..instances import inventory
 from ..registry import credentials
 from ..secrets import service as secrets
 
@@ -67,7 +68,7 @@ def build(conn: psycopg.Connection, settings: OperationSettings, op: dict, insta
              FROM app_instance_members m JOIN allocations al ON al.id = m.allocation_id
             WHERE m.instance_id = %s AND m.status <> 'removed' AND (m.status = ANY(%s) OR m.id = ANY(%s))
             ORDER BY m.seq""", (instance["id"], statuses, op["member_ids"])).fetchall()
-    inventory = _inventory(settings, spec, members)
+    run_inventory = _inventory(settings, spec, instance, members)
     tenant_vars = (instance["parameters"] or {}) | (op["params"].get("request", {}).get("parameters", {})
                                                     if kind == "reconfigure" else {})
     # Checked again here: the version may have changed (upgrade, rollback) since the values were accepted.
@@ -78,7 +79,7 @@ def build(conn: psycopg.Connection, settings: OperationSettings, op: dict, insta
     extravars |= {getattr(spec.targets, name): ",".join(nodes)
                   for name, nodes in _targets(op, {m["id"]: m for m in members}).items()
                   if getattr(spec.targets, name, None) and nodes}
-    plan = RunPlan(kind=kind, inventory=inventory, extravars=extravars, secret_vars={},
+    plan = RunPlan(kind=kind, inventory=run_inventory, extravars=extravars, secret_vars={},
                    content_digest=version["artifact_digest"] if version["artifact_kind"] == "collection" else None)
     if kind == "refresh":
         if spec.status is None:
@@ -107,26 +108,9 @@ def build(conn: psycopg.Connection, settings: OperationSettings, op: dict, insta
     return plan
 
 
-def _inventory(settings: OperationSettings, spec: AdapterSpec, members: list[dict]) -> dict:
-    hosts: dict[str, dict] = {}
-    groups: dict[str, dict] = {}
-    placed: dict[str, tuple] = {}
-    for m in members:
-        # Members of several roles on one host share its inventory entry; two hosts must never share one.
-        where = placed.setdefault(m["node_name"], (m["allocation_id"], m["host_name"]))
-        if where != (m["allocation_id"], m["host_name"]):
-            raise unprocessable("duplicate_node_name", f"two hosts of the instance are named {m['node_name']}; "
-                                "inventory host names must be unique within a run", node_name=m["node_name"])
-        host = m["host"] or {}
-        hostvars = {"ansible_host": host.get("address", m["host_name"]),
-                    "ansible_user": host.get("ssh_user", "root"), "ansible_port": host.get("ssh_port", 22)}
-        if hostvars["ansible_user"] != "root":
-            hostvars["ansible_become"] = True
-        hosts[m["node_name"]] = hostvars
-        role = spec.role(m["role"])
-        for g in role.inventory_groups() if role else [m["role"]]:
-            groups.setdefault(g, {"hosts": {}})["hosts"][m["node_name"]] = {}
-    all_vars = {}
+def _inventory(settings: OperationSettings, spec: AdapterSpec, instance: dict, members: list[dict]) -> dict:
+    built = inventory.build(spec, instance["id"], members)
+    built["all"]["vars"] = {}
     if settings.ssh_private_key_file:
-        all_vars["ansible_ssh_private_key_file"] = str(settings.ssh_private_key_file)
-    return {"all": {"hosts": hosts, "vars": all_vars, "children": groups}}
+        built["all"]["vars"]["ansible_ssh_private_key_file"] = str(settings.ssh_private_key_file)
+    return built

@@ -11,7 +11,7 @@ from ..common import Page, Slug, Token, decode_cursor
 from ..deps import DB, AppSettings, Caller, CursorParam, LimitParam, router
 from ..iam.service import get_project
 from . import service
-from .schemas import Event, Instance, InstanceCreate, InstanceStatus, InstanceUpdate, Member, MemberStatus
+from .schemas import Event, Instance, InstanceCreate, InstanceStatus, InstanceUpdate, Inventory, Member, MemberStatus
 
 api = router("instances")
 
@@ -65,6 +65,16 @@ def delete_instance(instance_id: UUID, caller: Caller, db: DB):
     with db.transaction() as conn:
         _authorized_instance(conn, caller, "apps.instance.delete", instance_id)
         service.delete_instance(conn, caller, instance_id)
+
+
+@api.get("/v1/instances/{instance_id}/inventory", response_model=Inventory)
+def get_inventory(instance_id: UUID, caller: Caller, db: DB):
+    """The instance's Ansible inventory: the same hosts, groups and connection variables the
+    platform's own runs use (without the platform's SSH key), for operators and AWX (the
+    collection's `gpuaas.apps.gpuaas` inventory plugin reads it)."""
+    with db.transaction() as conn:
+        instance = _authorized_instance(conn, caller, "apps.instance.read", instance_id)
+        return service.instance_inventory(conn, instance)
 
 
 @api.get("/v1/instances/{instance_id}/members", response_model=Page[Member])

@@ -132,3 +132,18 @@ class Event(BaseModel):
 class StatusChange(Strict):
     to: InstanceStatus
     reason: Reason
+
+
+class InventoryGroup(BaseModel):
+    hosts: dict[str, dict[str, Any]]
+
+
+class InventoryAll(BaseModel):
+    hosts: dict[str, dict[str, Any]] = Field(description="node name -> ansible_host, ansible_user, ansible_port, "
+                                             "gpuaas_instance_id, gpuaas_members [{id, role, status}]")
+    children: dict[str, InventoryGroup] = Field(description="the adapter roles' inventory groups")
+
+
+class Inventory(BaseModel):
+    """An Ansible inventory (the YAML inventory structure, as JSON) of the instance's members."""
+    all: InventoryAll

@@ -16,13 +16,14 @@ from ..allocations import service as allocations_service
 from ..allocations.service import get_allocations
 from ..audit import service as audit
 from ..catalog import parameters
+from ..catalog.adapter import AdapterSpec
 from ..catalog.service import get_app, get_version, get_version_by_id, latest_active_version, version_artifacts
 from ..common import page_of
 from ..errors import ApiError, conflict, not_found, unprocessable
 from ..iam.auth import SYSTEM, Principal
 from ..policy import rules as policy_rules
 from ..policy.service import is_entitled, overlays_for
-from . import rules
+from . import inventory, rules
 
 VIEW_SELECT = """
 SELECT i.*, v.version AS app_version, a.reference AS artifact_reference,
@@ -276,6 +277,14 @@ def list_members(conn: psycopg.Connection, instance_id: UUID, *, role: str | Non
         {"iid": instance_id, "role": role, "status": status, "after": after or 0, "limit": limit + 1},
     ).fetchall()
     return page_of(rows, limit)
+
+
+def instance_inventory(conn: psycopg.Connection, instance: dict) -> dict:
+    """The inventory of the instance's members that are not removed (instances/inventory.py)."""
+    version = get_version_by_id(conn, instance["app_version_id"])
+    members = conn.execute(MEMBER_SELECT + " WHERE m.instance_id = %s AND m.status <> 'removed' ORDER BY m.seq",
+                           (instance["id"],)).fetchall()
+    return inventory.build(AdapterSpec.model_validate(version["adapter"]), instance["id"], members)
 
 
 def set_member_status(conn: psycopg.Connection, member_id: UUID, target: str, *, reason: str = "",
