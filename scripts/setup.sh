@@ -5,7 +5,7 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 
 APT_PACKAGES=(podman runc debootstrap catatonit skopeo uidmap slirp4netns fuse-overlayfs
-              openssh-client rsync git curl jq)
+              openssh-client rsync git curl jq busybox-static)
 
 missing=()
 for pkg in "${APT_PACKAGES[@]}"; do
