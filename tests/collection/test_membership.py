@@ -3,36 +3,24 @@ real by ansible-playbook on the control node: the groups a request fills, and ev
 message that names the problem."""
 
 import json
-import os
-import subprocess
-import sys
-from pathlib import Path
 
 import pytest
 
-ROOT = Path(__file__).resolve().parents[2]
-BIN = Path(sys.executable).parent
-PLAYBOOKS = Path(__file__).parent / "playbooks"
+from .ansible_run import PLAYBOOKS, local_inventory
+from .ansible_run import run_playbook as run_ansible_playbook
+
 POOL = ["w1.example", "w2.example", "w3.example"]
 
 
 def run_playbook(tmp_path, playbook, groups, extra):
     """(rc, the JSON the playbook wrote to extra['out'] or None, output) of a run on a local inventory."""
-    inventory = tmp_path / "hosts.ini"
-    lines = []
-    for group, hosts in groups.items():
-        lines += [f"[{group}]", *hosts, ""]
-    lines += ["[all:vars]", "ansible_connection=local", f"ansible_python_interpreter={sys.executable}"]
-    inventory.write_text("\n".join(lines) + "\n")
+    inventory = local_inventory(tmp_path / "hosts.ini", groups)
     out = tmp_path / "out.json"
     out.unlink(missing_ok=True)
-    env = dict(os.environ, ANSIBLE_COLLECTIONS_PATH=str(ROOT / "build/collections"), ANSIBLE_NOCOLOR="1",
-               ANSIBLE_LOCALHOST_WARNING="false", ANSIBLE_INVENTORY_UNPARSED_WARNING="false")
-    proc = subprocess.run([str(BIN / "ansible-playbook"), "-i", str(inventory), str(PLAYBOOKS / playbook),
-                           "-e", json.dumps({**extra, "membership_out": str(out), "preflight_out": str(out)})],
-                          env=env, capture_output=True, text=True, timeout=300, check=False)
-    written = json.loads(out.read_text()) if proc.returncode == 0 else None
-    return proc.returncode, written, proc.stdout + proc.stderr
+    rc, output = run_ansible_playbook(PLAYBOOKS / playbook, inventory,
+                                      {**extra, "membership_out": str(out), "preflight_out": str(out)})
+    written = json.loads(out.read_text()) if rc == 0 else None
+    return rc, written, output
 
 
 @pytest.fixture
