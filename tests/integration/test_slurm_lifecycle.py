@@ -61,6 +61,15 @@ def test_bad_inventory_fails_before_anything_changes(cluster):
     assert run.rc != 0
     assert "lists as being removed (group slurm_removing): w2" in run.output
 
+    # The hosts run Debian 12; a supported list without it stands in for an unsupported distribution.
+    run = cluster.playbook("slurm_deploy", inventory=cluster.inventory(workers=["w1"], name="os.ini"),
+                           slurm_supported_distributions=["Debian 13"])
+    assert run.rc != 0
+    flat = " ".join(run.output.split())
+    assert "ctl runs Debian 12" in flat and "they support Debian 13" in flat, run.output[-2000:]
+    assert "PLAY [Set up MUNGE]" not in run.output
+    assert all(c["changed"] == 0 for c in run.recap.values()), f"the refused deploy changed hosts: {run.recap}"
+
     for host in ("ctl", "w1", "w2"):
         assert cluster.sh(host, "ls /etc/slurm/slurm.conf /etc/munge/munge.key 2>/dev/null || true") == ""
 
