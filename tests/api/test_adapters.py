@@ -117,6 +117,8 @@ def test_register_pins_a_workload_image_per_version(world, tmp_path):
     with pytest.raises(RegisterError, match="no descriptor of this build declares"):
         register(_admin(world), tarball, workloads={"slurm": images["a"]})
 
+    with pytest.raises(RegisterError, match="without a --workload image"):
+        register(_admin(world), tarball, signers={"opsapp": "key"})
     (stable,) = register(_admin(world), tarball, activate=True, workloads={"opsapp": images["a"]})
     (candidate,) = register(_admin(world), tarball, canary=True, workloads={"opsapp": images["b"]})
     assert (stable.version, stable.status) == (f"1.0.0+{images['a'][-64:][:12]}", "active")

@@ -6,6 +6,8 @@ from __future__ import annotations
 import hashlib
 from uuid import UUID
 
+from cryptography.hazmat.primitives import serialization
+from cryptography.hazmat.primitives.asymmetric import ec
 from gpuaas_api.config import OperationSettings
 from gpuaas_api.executor import plan as planner
 from gpuaas_api.instances import service as instances
@@ -17,7 +19,8 @@ ADAPTER = {
     "roles": [{"name": "replica", "min": 1, "max": 4, "groups": ["oci_replicas"]}],
     "actions": {"deploy": "gpuaas.apps.oci_deploy", "upgrade": "gpuaas.apps.oci_upgrade",
                 "decommission": "gpuaas.apps.oci_decommission"},
-    "workload": {"artifact_kind": "oci", "variable": "oci_workload_image"},
+    "workload": {"artifact_kind": "oci", "variable": "oci_workload_image",
+                 "signer_key_variable": "oci_trust_public_key"},
     "compatibility": SLURM_COMPAT,
 }
 
@@ -26,9 +29,14 @@ def image(tag: str) -> str:
     return f"registry.example.com:5000/team/web:{tag}@sha256:{hashlib.sha256(tag.encode()).hexdigest()}"
 
 
-def artifact(w, kind: str, reference: str, to: str = "active") -> dict:
+def signer_key() -> str:
+    key = ec.generate_private_key(ec.SECP256R1()).public_key()
+    return key.public_bytes(serialization.Encoding.PEM, serialization.PublicFormat.SubjectPublicKeyInfo).decode()
+
+
+def artifact(w, kind: str, reference: str, to: str = "active", signer: str | None = None) -> dict:
     created = w.call("platform_admin", "POST", f"/v1/catalog/apps/{APP}/artifacts", 201,
-                     json={"kind": kind, "reference": reference}).json()
+                     json={"kind": kind, "reference": reference, "signer_public_key": signer}).json()
     for status in ("staged", "canary", "active")[:("staged", "canary", "active").index(to) + 1]:
         w.call("platform_admin", "POST", f"/v1/catalog/artifacts/{created['id']}/transitions", 200,
                json={"to": status, "reason": "tests"})
@@ -67,7 +75,12 @@ def code(response) -> str:
 
 def test_a_workload_version_pins_its_own_artifact(world, database, tmp_path):
     setup_app(world)
-    stable = artifact(world, "oci", image("v1"))
+    r = world.call("platform_admin", "POST", f"/v1/catalog/apps/{APP}/artifacts", 422,
+                   json={"kind": "oci", "reference": image("v0"), "signer_public_key": "-----BEGIN PUBLIC KEY-----"})
+    assert "must be a PEM public key" in r.text
+    key = signer_key()
+    stable = artifact(world, "oci", image("v1"), signer=key)
+    assert stable["signer_public_key"] == key
     assert code(version(world, "0.1", None, 422)) == "workload_artifact_required"
     assert code(version(world, "0.1", stable, 422, adapter={**SLURM_ADAPTER, "compatibility": SLURM_COMPAT})) == \
         "workload_not_declared"
@@ -87,6 +100,7 @@ def test_a_workload_version_pins_its_own_artifact(world, database, tmp_path):
             "kind": "deploy", "params": {}, "member_ids": []}, instances.get_instance(conn, UUID(inst["id"])))
     digest = image("v1").split("@")[1]
     assert run.extravars["oci_workload_image"] == f"registry.example.com:5000/team/web@{digest}"
+    assert run.extravars["oci_trust_public_key"] == key
     assert run.playbook == "gpuaas.apps.oci_deploy"
 
     # Retiring the image is refused while an instance runs it.

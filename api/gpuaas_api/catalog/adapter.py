@@ -96,6 +96,9 @@ class WorkloadSpec(Strict):
     `registry/repository@sha256:<hex>`."""
     artifact_kind: Literal["oci"]
     variable: VariableName
+    signer_key_variable: VariableName | None = Field(
+        default=None, description="receives the PEM public key the artifact's signature must verify with, when "
+        "the catalog records one; the app's hosts enforce it")
     pull_credential_variable: VariableName | None = Field(
         default=None, description="receives {registry, username, password}: a credential issued for the run "
         "alone, good only for pulling the artifact's repository (when the platform authorizes pulls from "
@@ -165,7 +168,7 @@ class AdapterSpec(Strict):
 
     def workload_variables(self) -> set[str]:
         w = self.workload
-        return {v for v in (w.variable, w.pull_credential_variable) if v} if w else set()
+        return {v for v in (w.variable, w.signer_key_variable, w.pull_credential_variable) if v} if w else set()
 
     def role(self, name: str) -> AdapterRole | None:
         return next((r for r in self.roles if r.name == name), None)

@@ -81,11 +81,13 @@ def descriptors(tarball: Path) -> list[AppDescriptor]:
 
 
 def register(api: httpx.Client, source: Path, *, activate: bool = False, canary: bool = False,
-             workloads: dict[str, str] | None = None, reason: str = "registered") -> list[Registered]:
+             workloads: dict[str, str] | None = None, signers: dict[str, str] | None = None,
+             reason: str = "registered") -> list[Registered]:
     """Register every app the collection at `source` (a tarball or a directory) describes; `api` carries
     the base URL and the platform admin's token. An app whose versions pin a workload (its image)
     gets a version only for the image `workloads[slug]` names, as `<descriptor version>+<digest>`
-    (12 hex digits); without one, only the app is created. `activate` promotes what it registers to
+    (12 hex digits); without one, only the app is created. `signers[slug]` is the PEM public key that
+    image's signature verifies with (its hosts enforce it). `activate` promotes what it registers to
     active, `canary` to canary (only instances that opted in may bind it)."""
     if activate and canary:
         raise RegisterError("choose --activate or --canary, not both")
@@ -98,16 +100,19 @@ def register(api: httpx.Client, source: Path, *, activate: bool = False, canary:
         _call(api, "PUT", f"/v1/content/{digest}", (200, 201), content=tarball.read_bytes(),
               headers={"Content-Type": "application/octet-stream"})
     reference = f"collections/{manifest['namespace']}.{manifest['name']}:{manifest['version']}@{digest}"
-    unknown = set(workloads or {}) - {d.app.slug for d in apps if d.workload}
+    workloads, signers = workloads or {}, signers or {}
+    unknown = set(workloads) - {d.app.slug for d in apps if d.workload}
     if unknown:
         raise RegisterError(f"--workload names {sorted(unknown)}, which no descriptor of this build declares "
                             "with a workload")
-    return [_register_app(api, d, digest, reference, (workloads or {}).get(d.app.slug), target, reason)
-            for d in apps]
+    if set(signers) - set(workloads):
+        raise RegisterError(f"--signed-by names {sorted(set(signers) - set(workloads))} without a --workload image")
+    return [_register_app(api, d, digest, reference, workloads.get(d.app.slug), signers.get(d.app.slug), target,
+                          reason) for d in apps]
 
 
 def _register_app(api: httpx.Client, d: AppDescriptor, digest: str, reference: str, image: str | None,
-                  target: str | None, reason: str) -> Registered:
+                  signer: str | None, target: str | None, reason: str) -> Registered:
     slug = d.app.slug
     if _call(api, "GET", f"/v1/catalog/apps/{slug}", (200, 404)).status_code == 404:
         _call(api, "POST", "/v1/catalog/apps", (201,), json=d.app.model_dump())
@@ -116,7 +121,7 @@ def _register_app(api: httpx.Client, d: AppDescriptor, digest: str, reference: s
     if d.workload:
         if image is None:
             return Registered(slug, "", digest, artifact["id"], "", "needs_workload")
-        pinned = _artifact(api, slug, d.workload.artifact_kind, image, target, reason)
+        pinned = _artifact(api, slug, d.workload.artifact_kind, image, target, reason, signer)
         name = f"{d.version}+{pinned['digest'].split(':')[1][:12]}"
         body["workload_artifact_id"] = pinned["id"]
     found = _call(api, "GET", f"/v1/catalog/apps/{slug}/versions/{name}", (200, 404))
@@ -134,7 +139,8 @@ def _register_app(api: httpx.Client, d: AppDescriptor, digest: str, reference: s
     return Registered(slug, name, digest, artifact["id"], version["id"], version["status"])
 
 
-def _artifact(api: httpx.Client, slug: str, kind: str, reference: str, target: str | None, reason: str) -> dict:
+def _artifact(api: httpx.Client, slug: str, kind: str, reference: str, target: str | None, reason: str,
+              signer: str | None = None) -> dict:
     """The app's artifact of `kind` for `reference` (by digest), created when missing, promoted up to
     `target`; one that is further along already stays where it is."""
     digest = reference.rpartition("@")[2]
@@ -142,7 +148,9 @@ def _artifact(api: httpx.Client, slug: str, kind: str, reference: str, target: s
     artifact = next((a for a in artifacts if a["digest"] == digest and a["kind"] == kind), None)
     if artifact is None:
         artifact = _call(api, "POST", f"/v1/catalog/apps/{slug}/artifacts", (201,),
-                         json={"kind": kind, "reference": reference}).json()
+                         json={"kind": kind, "reference": reference, "signer_public_key": signer}).json()
+    elif (artifact["signer_public_key"] or "").strip() != (signer or "").strip():
+        raise RegisterError(f"{reference} is already registered with another signer key")
     if target and artifact["status"] in PROMOTION:
         for step in PROMOTION[PROMOTION.index(artifact["status"]) + 1:PROMOTION.index(target) + 1]:
             artifact = _call(api, "POST", f"/v1/catalog/artifacts/{artifact['id']}/transitions", (200,),

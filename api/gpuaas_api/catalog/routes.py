@@ -66,7 +66,7 @@ def create_artifact(slug: SlugPath, body: ArtifactCreate, caller: Caller, db: DB
                                 "collection build first (PUT /v1/content/{digest}, or gpuaas apps register)",
                                 digest=digest)
     with db.transaction() as conn:
-        return service.create_artifact(conn, caller, slug, body.kind, body.reference)
+        return service.create_artifact(conn, caller, slug, body.kind, body.reference, body.signer_public_key)
 
 
 @api.get("/v1/catalog/apps/{slug}/artifacts", response_model=Page[Artifact])

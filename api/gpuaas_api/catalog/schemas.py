@@ -5,7 +5,8 @@ from datetime import datetime
 from typing import Annotated, Any, Literal
 from uuid import UUID
 
-from pydantic import AfterValidator, BaseModel, ConfigDict, Field, StringConstraints, model_validator
+from cryptography.hazmat.primitives import serialization
+from pydantic import AfterValidator, BaseModel, ConfigDict, Field, StringConstraints, field_validator, model_validator
 
 from ..common import Reason
 from .adapter import AdapterSpec, AppInfo, Compatibility, RoleName, VersionString  # noqa: F401 (RoleName: re-exported)
@@ -47,6 +48,19 @@ class App(BaseModel):
 class ArtifactCreate(Strict):
     kind: ArtifactKind
     reference: ReferenceString = Field(description="[registry/]repository[:tag]@sha256:<digest>")
+    signer_public_key: str | None = Field(
+        default=None, max_length=8192, description="PEM public key the artifact's sigstore signature must verify "
+        "with; hosts that pull it enforce it (containers policy.json sigstoreSigned)")
+
+    @field_validator("signer_public_key")
+    @classmethod
+    def _a_public_key(cls, value: str | None) -> str | None:
+        if value is not None:
+            try:
+                serialization.load_pem_public_key(value.encode())
+            except (ValueError, TypeError):
+                raise ValueError("must be a PEM public key (-----BEGIN PUBLIC KEY-----)") from None
+        return value
 
 
 class Artifact(BaseModel):
@@ -58,6 +72,7 @@ class Artifact(BaseModel):
     repository: str
     digest: str
     status: str
+    signer_public_key: str | None = None
     created_at: datetime
     updated_at: datetime
 

@@ -17,7 +17,7 @@ SELECT v.*, a.reference AS artifact_reference, a.status AS artifact_status, a.re
        a.kind AS artifact_kind, a.digest AS artifact_digest,
        w.reference AS workload_artifact_reference, w.status AS workload_artifact_status,
        w.registry AS workload_artifact_registry, w.repository AS workload_artifact_repository,
-       w.digest AS workload_artifact_digest
+       w.digest AS workload_artifact_digest, w.signer_public_key AS workload_signer_public_key
   FROM app_versions v JOIN artifacts a ON a.id = v.artifact_id
   LEFT JOIN artifacts w ON w.id = v.workload_artifact_id
 """
@@ -90,13 +90,14 @@ def create_app(conn, actor: Principal, body) -> dict:
     return row
 
 
-def create_artifact(conn, actor: Principal, slug: str, kind: str, reference: str) -> dict:
+def create_artifact(conn, actor: Principal, slug: str, kind: str, reference: str,
+                    signer_public_key: str | None = None) -> dict:
     get_app(conn, slug)
     ref = parse_reference(reference)
     row = conn.execute(
-        """INSERT INTO artifacts (app_slug, kind, reference, registry, repository, digest)
-           VALUES (%s, %s, %s, %s, %s, %s) RETURNING *""",
-        (slug, kind, reference, ref.registry, ref.repository, ref.digest),
+        """INSERT INTO artifacts (app_slug, kind, reference, registry, repository, digest, signer_public_key)
+           VALUES (%s, %s, %s, %s, %s, %s, %s) RETURNING *""",
+        (slug, kind, reference, ref.registry, ref.repository, ref.digest, signer_public_key),
     ).fetchone()
     audit.record(conn, actor, "apps.catalog.artifact.create", "artifact", row["id"], after=row,
                  context={"app_slug": slug})

@@ -20,6 +20,9 @@ def register(sub: argparse._SubParsersAction) -> None:
     reg.add_argument("--workload", action="append", default=[], metavar="APP=IMAGE",
                      help="the image (registry/repository@sha256:...) a version of APP pins, for apps whose "
                      "descriptor declares a workload; repeatable")
+    reg.add_argument("--signed-by", action="append", default=[], metavar="APP=KEYFILE",
+                     help="the PEM public key APP's --workload image is signed with (sigstore); its hosts accept "
+                     "only images that verify with it")
     reg.add_argument("--reason", default="registered with gpuaas apps register")
     reg.set_defaults(func=register_apps)
 
@@ -34,13 +37,19 @@ def register_apps(args: argparse.Namespace) -> int:
         print("gpuaas apps register: set GPUAAS_TOKEN to the platform admin's token", file=sys.stderr)
         return 2
     workloads = dict(w.partition("=")[::2] for w in args.workload)
-    if any(not app or not image for app, image in workloads.items()):
-        print("gpuaas apps register: --workload takes APP=IMAGE", file=sys.stderr)
+    key_files = dict(s.partition("=")[::2] for s in args.signed_by)
+    if any(not app or not value for app, value in (workloads | key_files).items()):
+        print("gpuaas apps register: --workload takes APP=IMAGE, --signed-by APP=KEYFILE", file=sys.stderr)
+        return 2
+    try:
+        signers = {app: Path(path).read_text() for app, path in key_files.items()}
+    except OSError as exc:
+        print(f"gpuaas apps register: {exc}", file=sys.stderr)
         return 2
     with httpx.Client(base_url=args.api, headers={"Authorization": f"Bearer {token}"}, timeout=120) as api:
         try:
             for r in register(api, args.collection, activate=args.activate, canary=args.canary,
-                              workloads=workloads, reason=args.reason):
+                              workloads=workloads, signers=signers, reason=args.reason):
                 if r.status == "needs_workload":
                     print(f"{r.app}: app only; its versions pin an image: --workload {r.app}=REGISTRY/REPO@sha256:...")
                 else:

@@ -7,7 +7,8 @@ The inventory is the instance's (instances/inventory.py, the same one operators 
 the platform's SSH key. Extra vars, later ones winning:
 the spec's vars, the tenant parameters (the instance's, with a reconfigure request's merged over them;
 checked against the version's declared schema), the spec's action_vars[kind], the version's workload
-artifact (`registry/repository@digest`) under the spec's workload variable, then the operation's
+artifact (`registry/repository@digest`) under the spec's workload variable and its signer's public key
+under the signer key variable, then the operation's
 targets under the spec's target variables. The runner hands all of them to Ansible as unsafe."""
 
 from __future__ import annotations
@@ -76,6 +77,8 @@ def build(conn: psycopg.Connection, settings: OperationSettings, op: dict, insta
     extravars = dict(spec.vars) | tenant_vars | spec.action_vars.get(kind, {})
     if spec.workload:
         extravars[spec.workload.variable] = workload_image(version)
+        if spec.workload.signer_key_variable and version["workload_signer_public_key"]:
+            extravars[spec.workload.signer_key_variable] = version["workload_signer_public_key"]
     extravars |= {getattr(spec.targets, name): ",".join(nodes)
                   for name, nodes in _targets(op, {m["id"]: m for m in members}).items()
                   if getattr(spec.targets, name, None) and nodes}
