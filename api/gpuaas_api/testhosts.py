@@ -3,7 +3,7 @@
 Molecule scenarios use the images built here (podman driver); end-to-end tests and `make demo` start
 SSH-reachable hosts with `up` and use them as allocations.
 
-    gpuaas testhosts image [--flavor slurm|base] [--rebuild]   build the image once, then reuse it
+    gpuaas testhosts image [--flavor FLAVOR] [--rebuild]       build the image once, then reuse it
     gpuaas testhosts up --prefix demo NAME...                   start hosts, print them as JSON
     gpuaas testhosts down --prefix demo | --all                 remove hosts started by this command
     gpuaas testhosts inventory --prefix demo                    print an ini inventory for running hosts
@@ -13,11 +13,21 @@ Images (built locally; no registry is reachable here):
            Debian mirror, as in production.
     slurm  base plus the Slurm, munge and MariaDB packages pre-installed (units disabled), so scenarios
            that are not about installation start fast.
+    oci    base plus Debian 12's podman 4.3.1, crun and fuse-overlayfs, set up to run containers inside the
+           host without --privileged (docs/dev/oci-test-hosts.md): inner containers use `--network host`;
+           cgroups are off inside, so resource limits are not enforced there. Debian 12's podman has
+           sigstore verification patched out: a `sigstoreSigned` policy refuses every image.
+    oci-trixie
+           the same on Debian 13 (podman 5.4.2, skopeo 1.18), whose podman verifies sigstore signatures.
+    registry
+           Debian 13 with docker-registry (distribution 2.8) on :5000 over plain HTTP and skopeo 1.18,
+           which signs images (sigstore); driven by gpuaas_api.testregistry.
 """
 
 from __future__ import annotations
 
 import argparse
+import hashlib
 import json
 import os
 import shutil
@@ -40,7 +50,53 @@ BASE_PACKAGES = "python3,systemd,systemd-sysv,dbus,openssh-server,iproute2,sudo,
 SLURM_PACKAGES = ["munge", "slurmctld", "slurmd", "slurm-client", "slurmdbd", "mariadb-server"]
 SLURM_UNITS = ["munge", "slurmctld", "slurmd", "slurmdbd", "mariadb"]
 
-IMAGES = {"base": "localhost/gpuaas-testhost:bookworm", "slurm": "localhost/gpuaas-testhost-slurm:bookworm"}
+IMAGES = {
+    "base": "localhost/gpuaas-testhost:bookworm",
+    "slurm": "localhost/gpuaas-testhost-slurm:bookworm",
+    "oci": "localhost/gpuaas-testhost-oci:bookworm",
+    "oci-trixie": "localhost/gpuaas-testhost-oci:trixie",
+    "registry": "localhost/gpuaas-testhost-registry:trixie",
+}
+# Debian releases the hosts are bootstrapped from: "base" is the bookworm one.
+BASE_IMAGES = {"bookworm": IMAGES["base"], "trixie": "localhost/gpuaas-testhost:trixie"}
+
+# Podman inside a test host (see docs/dev/oci-test-hosts.md). /sys/fs/cgroup is read-only inside, so the
+# inner podman runs without cgroups (runc refuses that, crun accepts it); /proc/sys is read-only, so it sets
+# no sysctls and bridge networking cannot work: inner containers use the host's network (--network host).
+# The bridge subnet only keeps a failed bridge attempt from routing the test network's 10.88.0.0/16 inside.
+OCI_CONTAINERS_CONF = """\
+# Test hosts only: podman inside an unprivileged container (gpuaas testhosts, flavor oci).
+[containers]
+default_sysctls = []
+cgroups = "disabled"
+[engine]
+runtime = "crun"
+[network]
+default_subnet = "10.89.0.0/24"
+"""
+OCI_PACKAGES = ["podman", "crun", "fuse-overlayfs", "catatonit", "skopeo"]
+# What the outer container needs for the inner podman: FUSE for fuse-overlayfs, mounts (SYS_ADMIN),
+# network namespaces and device nodes of inner containers, their ulimits (SYS_RESOURCE).
+OCI_RUN_ARGS = ["--device", "/dev/fuse", "--cap-add", "SYS_ADMIN,NET_ADMIN,MKNOD,SYS_RESOURCE"]
+# Podman 5 warns on every command when the machine uses cgroup v1 (this machine kind does, production
+# hosts do not): keep that out of the output roles and tests read.
+PODMAN5_QUIET = "PODMAN_IGNORE_CGROUPSV1_WARNING=1"
+FLAVOR_RUN_ARGS = {"oci": OCI_RUN_ARGS, "oci-trixie": OCI_RUN_ARGS}
+
+# The registry host: docker-registry serves plain HTTP on :5000, storage under /var/lib/docker-registry.
+# gpuaas_api.testregistry rewrites this file to turn basic auth on and off.
+REGISTRY_CONFIG = """\
+version: 0.1
+log:
+  level: info
+storage:
+  filesystem:
+    rootdirectory: /var/lib/docker-registry
+  delete:
+    enabled: true
+http:
+  addr: :5000
+"""
 
 
 def run(cmd: list[str], check: bool = True, capture: bool = False, **kw) -> subprocess.CompletedProcess:
@@ -51,20 +107,25 @@ def image_exists(ref: str) -> bool:
     return run(["podman", "image", "exists", ref], check=False).returncode == 0
 
 
-def build_base(rebuild: bool) -> str:
-    ref = IMAGES["base"]
+def image_label(ref: str, label: str) -> str:
+    out = run(["podman", "image", "inspect", "--format", "{{json .Labels}}", ref], check=False, capture=True).stdout
+    return (json.loads(out or "null") or {}).get(label, "")
+
+
+def build_base(rebuild: bool, suite: str = "bookworm") -> str:
+    ref = BASE_IMAGES[suite]
     if image_exists(ref) and not rebuild:
         return ref
     with tempfile.TemporaryDirectory(prefix="gpuaas-rootfs-") as tmp:
         rootfs = Path(tmp) / "rootfs"
-        print(f"testhosts: debootstrap bookworm into {rootfs} (about a minute)", file=sys.stderr)
+        print(f"testhosts: debootstrap {suite} into {rootfs} (one to three minutes)", file=sys.stderr)
         run(
-            ["debootstrap", "--variant=minbase", f"--include={BASE_PACKAGES}", "bookworm", str(rootfs), MIRROR],
+            ["debootstrap", "--variant=minbase", f"--include={BASE_PACKAGES}", suite, str(rootfs), MIRROR],
             stdout=subprocess.DEVNULL,
         )
         (rootfs / "etc/apt/sources.list").write_text(
-            f"deb {MIRROR} bookworm main\ndeb {MIRROR} bookworm-updates main\n"
-            "deb http://deb.debian.org/debian-security bookworm-security main\n"
+            f"deb {MIRROR} {suite} main\ndeb {MIRROR} {suite}-updates main\n"
+            f"deb http://deb.debian.org/debian-security {suite}-security main\n"
         )
         # Containers have no console and no kernel to manage: units that would only fail or wait.
         for unit in ["getty@tty1.service", "systemd-remount-fs.service", "console-getty.service"]:
@@ -119,6 +180,67 @@ def build_slurm(rebuild: bool) -> str:
     return ref
 
 
+RECIPE_LABEL = "io.gpuaas.testhost.recipe"
+
+
+def build_layer(ref: str, base: str, packages: list[str], files: dict[str, str], rebuild: bool) -> str:
+    """An image FROM base with Debian packages installed and files (path in the image -> text) added.
+
+    The image carries a hash of its recipe: a changed package list or file rebuilds it on next use.
+    """
+    containerfile = (
+        f"FROM {base}\n"
+        "RUN apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends "
+        + " ".join(packages)
+        + " >/dev/null && apt-get clean\n"
+        + ("COPY files/ /\n" if files else "")
+    )
+    recipe = hashlib.sha256(json.dumps([containerfile, files], sort_keys=True).encode()).hexdigest()[:16]
+    if image_exists(ref) and not rebuild and image_label(ref, RECIPE_LABEL) == recipe:
+        return ref
+    with tempfile.TemporaryDirectory(prefix="gpuaas-build-") as tmp:
+        for path, text in files.items():
+            target = Path(tmp, "files", path.lstrip("/"))
+            target.parent.mkdir(parents=True, exist_ok=True)
+            target.write_text(text)
+        Path(tmp, "Containerfile").write_text(containerfile + f"LABEL {RECIPE_LABEL}={recipe}\n")
+        print(f"testhosts: installing {' '.join(packages)} into {ref} (under a minute)", file=sys.stderr)
+        fresh = ["--no-cache"] if rebuild else []  # --rebuild: packages from the mirror again, not a cached layer
+        run(["podman", "build", "--network", "host", *fresh, "-t", ref, tmp], stdout=subprocess.DEVNULL)
+    return ref
+
+
+def build_oci(rebuild: bool, suite: str = "bookworm") -> str:
+    files = {"/etc/containers/containers.conf.d/50-gpuaas-testhost.conf": OCI_CONTAINERS_CONF}
+    if suite != "bookworm":
+        files["/etc/environment"] = PODMAN5_QUIET + "\n"
+        files["/etc/systemd/system.conf.d/50-gpuaas-testhost.conf"] = f"[Manager]\nDefaultEnvironment={PODMAN5_QUIET}\n"
+    flavor = "oci" if suite == "bookworm" else f"oci-{suite}"
+    return build_layer(IMAGES[flavor], build_base(False, suite), OCI_PACKAGES, files, rebuild)
+
+
+def build_registry(rebuild: bool) -> str:
+    # Debian 13: its skopeo signs with sigstore keys (Debian 12's has sigstore patched out).
+    files = {"/etc/docker/registry/config.yml": REGISTRY_CONFIG}
+    return build_layer(
+        IMAGES["registry"], build_base(False, "trixie"), ["docker-registry", "skopeo", "apache2-utils"], files, rebuild
+    )
+
+
+BUILDERS = {
+    "base": build_base,
+    "slurm": build_slurm,
+    "oci": build_oci,
+    "oci-trixie": lambda rebuild: build_oci(rebuild, "trixie"),
+    "registry": build_registry,
+}
+
+
+def build(flavor: str, rebuild: bool = False) -> str:
+    """The image of a flavor (built on first use, then reused); its name is IMAGES[flavor]."""
+    return BUILDERS[flavor](rebuild)
+
+
 def ensure_ssh_key() -> Path:
     STATE_DIR.mkdir(parents=True, exist_ok=True)
     if not SSH_KEY.exists():
@@ -171,7 +293,7 @@ def ssh_command(address: str) -> list[str]:
 
 
 def up(prefix: str, hosts: list[str], flavor: str) -> list[dict]:
-    image = build_slurm(False) if flavor == "slurm" else build_base(False)
+    image = build(flavor)
     key = ensure_ssh_key()
     ensure_network()
     started = []
@@ -196,6 +318,7 @@ def up(prefix: str, hosts: list[str], flavor: str) -> list[dict]:
                     f"{LABEL}={prefix}",
                     "--tmpfs",
                     "/tmp",  # noqa: S108 (a fresh tmpfs for the host, not a shared temp file)
+                    *FLAVOR_RUN_ARGS.get(flavor, []),
                     image,
                     "/sbin/init",
                 ],
@@ -282,8 +405,7 @@ def run_command(args: argparse.Namespace) -> int:
     if not shutil.which("podman"):
         raise SystemExit("testhosts: podman is not installed; run scripts/setup.sh first")
     if args.testhosts_command == "image":
-        builder = build_slurm if args.flavor == "slurm" else build_base
-        print(builder(args.rebuild))
+        print(build(args.flavor, args.rebuild))
     elif args.testhosts_command == "up":
         print(json.dumps(up(args.prefix, args.hosts, args.flavor), indent=2))
     elif args.testhosts_command == "down":
