@@ -176,6 +176,13 @@ def node_summary(fields, job_ids):
     }
 
 
+def wait_timed_out_message(timeout, node, what, facts):
+    """Why a wait for ``node`` to ``what`` (e.g. 'drain') failed after ``timeout`` seconds, naming the jobs
+    still running; shared by the slurm_node module and its action plugin."""
+    return "timed out after %ss waiting for node %s to %s: state %s, %d running job(s) (ids: %s)" % (
+        timeout, node, what, facts["state"], facts["running_jobs"], ", ".join(facts["job_ids"]) or "none")
+
+
 def member_state(state, running_jobs=0):
     """A node's Slurm state (scontrol's ``State``, e.g. 'MIXED+DRAIN'; None for a node Slurm does not
     know) in the platform's words. First match wins:

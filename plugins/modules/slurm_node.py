@@ -69,6 +69,14 @@ options:
     description: Seconds between two looks at the node while waiting.
     type: float
     default: 2.0
+  progress_interval:
+    description:
+      - With O(state=drain) and O(wait=true), the task prints a line every this many seconds while it waits,
+        naming the node and the jobs still running on it, so that a long drain is not a silent one. The
+        module's action plugin does it by waiting in steps of this length.
+      - V(0) waits in one step, without progress lines.
+    type: float
+    default: 30
   missing_ok:
     description:
       - When the node does not exist in Slurm, return RV(exists=false) instead of failing. Useful when
@@ -81,6 +89,8 @@ options:
     type: path
 notes:
   - Supports check mode (nothing is changed and nothing is waited for) and diff mode (state and reason).
+  - "A progress line while a drain is awaited (O(progress_interval)) reads, for host ctl and node gpu07:
+    [ctl] slurm_node gpu07: still draining, 2 job(s) running (ids: 1041, 1042_3); waited 30s of 3600s"
 attributes:
   check_mode:
     description: Can run in check mode and report what would change without changing anything.
@@ -184,6 +194,11 @@ job_ids:
   type: list
   elements: str
   sample: ["1041", "1042_3"]
+timed_out:
+  description: Set (true) when the module failed because a wait ran out of time.
+  returned: when a wait timed out
+  type: bool
+  sample: true
 """
 
 import re  # noqa: E402 - Ansible modules import after their documentation
@@ -196,6 +211,7 @@ from ansible_collections.gpuaas.apps.plugins.module_utils.slurm import (  # noqa
     join_state,
     node_summary,
     owned_reason,
+    wait_timed_out_message,
 )
 
 _OWNER_NAME_RE = re.compile(r"^[A-Za-z0-9_.-]+$")
@@ -279,11 +295,8 @@ class NodeManager:
         facts = self.facts()
         while facts is not None and not done(facts):
             if time.monotonic() >= deadline:
-                jobs = ", ".join(facts["job_ids"]) or "none"
-                self.module.fail_json(
-                    msg="timed out after %ss waiting for node %s to %s: state %s, %d running job(s) (ids: %s)"
-                    % (params["timeout"], self.name, what, facts["state"], facts["running_jobs"], jobs),
-                    **facts)
+                self.module.fail_json(msg=wait_timed_out_message(params["timeout"], self.name, what, facts),
+                                      timed_out=True, **facts)
             time.sleep(params["poll_interval"])
             facts = self.facts()
         if facts is None:
@@ -308,8 +321,8 @@ def validate(module):
             module.fail_json(msg="state=%s needs a non-empty reason" % params["state"])
         if "\n" in params["reason"]:
             module.fail_json(msg="reason must be a single line")
-    if params["timeout"] < 0 or params["poll_interval"] <= 0:
-        module.fail_json(msg="timeout must be >= 0 and poll_interval > 0")
+    if params["timeout"] < 0 or params["poll_interval"] <= 0 or params["progress_interval"] < 0:
+        module.fail_json(msg="timeout and progress_interval must be >= 0 and poll_interval > 0")
 
 
 def main():
@@ -323,6 +336,7 @@ def main():
             wait=dict(type="bool", default=False),
             timeout=dict(type="int", default=600),
             poll_interval=dict(type="float", default=2.0),
+            progress_interval=dict(type="float", default=30.0),
             missing_ok=dict(type="bool", default=False),
             slurm_conf=dict(type="path"),
         ),

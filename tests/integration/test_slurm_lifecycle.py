@@ -192,7 +192,8 @@ def test_drain_waits_for_the_running_job_and_new_work_lands_elsewhere(cluster):
 
     result = {}
     drain = threading.Thread(
-        target=lambda: result.update(run=cluster.playbook("slurm_member_drain", slurm_members="w2"))
+        target=lambda: result.update(run=cluster.playbook("slurm_member_drain", slurm_members="w2",
+                                                          slurm_drain_progress_interval=3))
     )
     drain.start()
     assert cluster.wait_node_state("w2", {"drng"}) == "drng"
@@ -216,6 +217,11 @@ def test_drain_waits_for_the_running_job_and_new_work_lands_elsewhere(cluster):
     assert reason.startswith("gpuaas: ")
     assert run.hosts_touched == {"ctl"}
     assert restarted(before, cluster.daemon_pids()) == set()
+    # Progress while it waited, naming the job still running (the steady interval: tests/unit's live test).
+    progress = [line for line in run.output.splitlines() if "still draining" in line]
+    assert progress, run.output[-3000:]
+    assert all(f"[ctl] slurm_node w2: still draining, 1 job(s) running (ids: {job}); waited " in line
+               for line in progress), progress
     assert_unchanged_second_run(cluster, "slurm_member_drain", slurm_members="w2")
 
 

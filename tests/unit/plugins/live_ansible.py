@@ -1,12 +1,15 @@
-"""Run a gpuaas.apps module for real through `ansible localhost -m` (AnsiballZ and all)."""
+"""Run a gpuaas.apps module for real on a test host with `ansible <host> -m` (over SSH, AnsiballZ, the module's
+action plugin and all)."""
 
 import json
 import os
+import re
 import subprocess
 import sys
 from pathlib import Path
 
 ANSIBLE = Path(sys.executable).parent / "ansible"
+_JSON_START = re.compile(r"^\{", re.M)
 
 
 def collections_path():
@@ -15,18 +18,9 @@ def collections_path():
     return str(Path(list(apps.__path__)[0]).parents[2])
 
 
-def run(module, args, check=False, diff=False):
-    """The module's result dict (with 'failed' when it failed) and the warnings it emitted."""
-    cmd = [
-        str(ANSIBLE),
-        "localhost",
-        "-m",
-        f"gpuaas.apps.{module}",
-        "-a",
-        json.dumps(args),
-        "-e",
-        f"ansible_python_interpreter={sys.executable}",
-    ]
+def run(inventory, host, module, args, check=False, diff=False):
+    """(the module's result dict, with 'failed' when it failed; what ansible printed before its JSON result)."""
+    cmd = [str(ANSIBLE), host, "-i", str(inventory), "-m", f"gpuaas.apps.{module}", "-a", json.dumps(args)]
     if check:
         cmd.append("--check")
     if diff:
@@ -36,12 +30,14 @@ def run(module, args, check=False, diff=False):
         ANSIBLE_COLLECTIONS_PATH=collections_path(),
         ANSIBLE_STDOUT_CALLBACK="json",
         ANSIBLE_LOAD_CALLBACK_PLUGINS="1",
-        ANSIBLE_LOCALHOST_WARNING="false",
+        ANSIBLE_HOST_KEY_CHECKING="False",
+        ANSIBLE_PIPELINING="1",
         ANSIBLE_NOCOLOR="1",
     )
     proc = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=900, check=False)
+    start = _JSON_START.search(proc.stdout)
     try:
-        output = json.loads(proc.stdout)
+        output = json.loads(proc.stdout[start.start():] if start else proc.stdout)
     except ValueError as error:
         raise AssertionError(f"ansible gave no JSON (rc={proc.returncode}): {proc.stdout}\n{proc.stderr}") from error
-    return output["plays"][0]["tasks"][0]["hosts"]["localhost"]
+    return output["plays"][0]["tasks"][0]["hosts"][host], proc.stdout[: start.start()] if start else ""

@@ -1,10 +1,9 @@
-"""slurm_account against real slurmdbd + slurmctld (see conftest.live_slurm; skipped when none can run)."""
+"""slurm_account against real slurmdbd + slurmctld on a test host (see conftest.live_slurm), run over SSH."""
 
 import uuid
 
 import pytest
 from ansible_collections.gpuaas.apps.plugins.module_utils.slurm import parse_parsable
-from live_ansible import run
 
 
 @pytest.fixture
@@ -18,7 +17,7 @@ def names(live_slurm):
 
 
 def account(live, **kw):
-    return run("slurm_account", dict(slurm_conf=live.conf, **kw))
+    return live.module("slurm_account", dict(slurm_conf=live.conf, **kw))
 
 
 def assoc(live, name, user=""):
@@ -73,7 +72,8 @@ def test_accounts_users_and_a_second_run_without_changes(live_slurm, names):
 def test_changes_show_in_diff_and_check_mode_changes_nothing(live_slurm, names):
     tenant = names["tenant"]
     assert account(live_slurm, account=tenant, max_jobs=3)["changed"] is True
-    checked = run("slurm_account", dict(account=tenant, max_jobs=5, slurm_conf=live_slurm.conf), check=True, diff=True)
+    checked = live_slurm.module("slurm_account", dict(account=tenant, max_jobs=5, slurm_conf=live_slurm.conf),
+                                check=True, diff=True)
     assert checked["changed"] is True
     cluster = next(iter(checked["diff"]["before"]["associations"]))
     assert checked["diff"]["before"]["associations"][cluster]["max_jobs"] == "3"

@@ -1,9 +1,8 @@
-"""slurm_node against real Slurm daemons (see conftest.live_slurm; skipped when none can run)."""
+"""slurm_node against real Slurm daemons on a test host (see conftest.live_slurm), run over SSH as Ansible runs it."""
 
 import time
 
 import pytest
-from live_ansible import run
 
 
 @pytest.fixture
@@ -33,32 +32,39 @@ def submit(live, seconds):
 
 
 def test_read(node):
-    result = run("slurm_node", args(node))
+    result = node.module("slurm_node", args(node))
     assert not result.get("failed"), result
     assert result["changed"] is False and result["state"] == "IDLE" and result["running_jobs"] == 0
 
 
-def test_drain_waits_for_the_running_job_then_is_idempotent_and_resume_returns_it(node):
-    job = submit(node, 4)
+def test_drain_waits_for_the_running_job_with_progress_lines_then_is_idempotent_and_resume_returns_it(node):
+    # Long enough to still run when the module, started over SSH, reads the node, and for two progress steps.
+    job = submit(node, 15)
     started = time.monotonic()
-    result = run("slurm_node", args(node, state="drain", reason="live test", wait=True, timeout=60), diff=True)
+    result = node.module("slurm_node", args(node, state="drain", reason="live test", wait=True, timeout=60,
+                                            progress_interval=2), diff=True)
     assert not result.get("failed"), result
     assert result["changed"] is True and result["drained"] is True and result["state"] == "IDLE+DRAIN"
     assert result["reason"] == "gpuaas: live test" and result["reason_owner"] == "gpuaas"
     assert time.monotonic() - started >= 2, f"returned before job {job} could have finished"
     assert result["diff"]["before"]["state"] == "MIXED"
+    # A line before each step of the wait, naming the job still running.
+    progress = [line for line in node.output.splitlines() if "still draining" in line]
+    assert len(progress) >= 2, node.output
+    assert all(line.startswith(f"[slurm] slurm_node {node.node}: still draining, 1 job(s) running (ids: {job}); "
+                               "waited ") and line.endswith("s of 60s") for line in progress), progress
 
-    again = run("slurm_node", args(node, state="drain", reason="live test", wait=True))
+    again = node.module("slurm_node", args(node, state="drain", reason="live test", wait=True))
     assert again["changed"] is False and again["drained"] is True
 
-    resumed = run("slurm_node", args(node, state="resume"))
+    resumed = node.module("slurm_node", args(node, state="resume"))
     assert resumed["changed"] is True and resumed["state"] == "IDLE" and resumed["responding"] is True
-    assert run("slurm_node", args(node, state="resume"))["changed"] is False
+    assert node.module("slurm_node", args(node, state="resume"))["changed"] is False
 
 
 def test_wait_timeout_names_the_running_job(node):
     job = submit(node, 60)
-    result = run("slurm_node", args(node, state="drain", reason="live test", wait=True, timeout=2))
+    result = node.module("slurm_node", args(node, state="drain", reason="live test", wait=True, timeout=2))
     assert result.get("failed")
     assert "timed out after 2s" in result["msg"] and job in result["msg"]
     assert result["state"] == "MIXED+DRAIN"
@@ -66,33 +72,34 @@ def test_wait_timeout_names_the_running_job(node):
 
 def test_a_drain_set_by_someone_else_is_kept_unless_forced(node):
     node.run("scontrol", "update", f"nodename={node.node}", "state=drain", "reason=slinky: xid 79")
-    drained = run("slurm_node", args(node, state="drain", reason="ours"))
+    drained = node.module("slurm_node", args(node, state="drain", reason="ours"))
     assert drained["changed"] is False and drained["reason"] == "slinky: xid 79"
     assert any("someone else" in w for w in drained.get("warnings", []))
 
-    refused = run("slurm_node", args(node, state="resume"))
+    refused = node.module("slurm_node", args(node, state="resume"))
     assert refused.get("failed") and "someone else" in refused["msg"]
     assert "slinky: xid 79" in node.run("scontrol", "show", "-o", "node", node.node).stdout
 
-    forced = run("slurm_node", args(node, state="resume", force=True))
+    forced = node.module("slurm_node", args(node, state="resume", force=True))
     assert forced["changed"] is True and forced["state"] == "IDLE"
 
 
 def test_check_mode_changes_nothing(node):
-    result = run("slurm_node", args(node, state="down", reason="check"), check=True, diff=True)
+    result = node.module("slurm_node", args(node, state="down", reason="check"), check=True, diff=True)
     assert result["changed"] is True and result["diff"]["after"]["state"] == "DOWN"
     assert "State=IDLE " in node.run("scontrol", "show", "-o", "node", node.node).stdout
 
 
 def test_missing_node(live_slurm):
-    failed = run("slurm_node", dict(name="nosuch", state="drain", reason="x", slurm_conf=live_slurm.conf))
+    request = dict(name="nosuch", state="drain", reason="x", slurm_conf=live_slurm.conf)
+    failed = live_slurm.module("slurm_node", request)
     assert failed.get("failed") and "does not exist" in failed["msg"]
-    ok = run("slurm_node", dict(name="nosuch", state="drain", reason="x", missing_ok=True, slurm_conf=live_slurm.conf))
+    ok = live_slurm.module("slurm_node", dict(request, missing_ok=True))
     assert not ok.get("failed") and ok["exists"] is False and ok["changed"] is False
 
 
 def test_info(live_slurm):
-    result = run("slurm_info", dict(slurm_conf=live_slurm.conf))
+    result = live_slurm.module("slurm_info", dict(slurm_conf=live_slurm.conf))
     assert not result.get("failed"), result
     assert result["slurm_version"].startswith("22.05")
     assert live_slurm.node in [n["name"] for n in result["nodes"]]
