@@ -26,6 +26,7 @@ import json
 import os
 import re
 import socket
+import subprocess
 import tempfile
 import time
 
@@ -165,7 +166,8 @@ def set_scopes(policy, scopes, req):
 
 
 def remove_scopes(policy, scopes):
-    """A copy of ``policy`` without ``scopes``; an emptied docker transport is dropped with them."""
+    """A copy of ``policy`` without ``scopes``; a docker transport (and transports) left empty is dropped
+    too, as set_scopes() adds them."""
     new = copy.deepcopy(policy)
     docker = docker_scopes(new)
     for scope in scopes:
@@ -173,6 +175,8 @@ def remove_scopes(policy, scopes):
     transports = new.get("transports")
     if transports is not None and "docker" in transports and not transports["docker"]:
         del transports["docker"]
+    if transports == {}:
+        del new["transports"]
     return new
 
 
@@ -564,6 +568,19 @@ class Podman:
                                                             (err or out or "").strip()))
         return rc, out, err
 
+    def run_timed(self, args, timeout):
+        """(rc, stdout, stderr) of podman ``args``, or (None, '', '') when it ran past ``timeout`` seconds
+        (then it is killed): a probe must not hang on a workload that does not answer."""
+        proc = subprocess.Popen([self.path] + [str(a) for a in args], stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                                env=dict(os.environ, LC_ALL="C", LANG="C"))
+        try:
+            out, err = proc.communicate(timeout=timeout)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.communicate()
+            return None, "", ""
+        return proc.returncode, out.decode("utf-8", "replace"), err.decode("utf-8", "replace")
+
     def available(self):
         """Whether podman is installed."""
         try:
@@ -615,11 +632,9 @@ def probe_once(podman, probe, container):
         return http_check(probe["host"], probe["port"], probe["path"], probe["status"], probe["timeout"])
     if kind == "tcp":
         return tcp_check(probe["host"], probe["port"], probe["timeout"])
-    timeout = max(1, int(round(probe["timeout"])))
-    rc, out, err = podman.run(["exec", container, "timeout", str(timeout)] + probe["command"], check=False)
-    if rc == 127 or "executable file `timeout` not found" in (err or ""):
-        # An image without timeout(1): run the command itself.
-        rc, out, err = podman.run(["exec", container] + probe["command"], check=False)
+    rc, out, err = podman.run_timed(["exec", container] + probe["command"], probe["timeout"])
+    if rc is None:
+        return False, "command %s: no answer within %gs" % (" ".join(probe["command"]), probe["timeout"])
     detail = (err or out or "").strip().splitlines()
     return rc == 0, "command %s: rc=%s%s" % (" ".join(probe["command"]), rc, (": " + detail[-1]) if detail else "")
 
@@ -690,15 +705,28 @@ def record_text(record):
 
 
 def remember_image(images, image):
-    """The history of a workload's images, oldest first, with ``image`` as the newest."""
-    return [i for i in images or [] if i != image] + [image]
+    """The images a workload has on its host, in the order they came, with ``image`` among them."""
+    images = list(images or [])
+    return images if image in images else images + [image]
 
 
-def images_to_retire(images, current, keep):
-    """Which images of the history to remove: all but ``current`` and the ``keep`` newest others (the
-    previous ones, kept for a fast rollback)."""
-    others = [i for i in images or [] if i != current]
-    return others[:max(0, len(others) - keep)] if keep >= 0 else []
+def plan_images(record, current, keep):
+    """What a start of ``current`` makes of a workload's images, from its record before:
+    (images, previous, retiring).
+
+    ``previous`` are the images that ran before, oldest first, the ``keep`` newest of them (the targets of a
+    fast rollback); ``retiring`` every other image the workload has on the host (pulled but never run, or
+    run too long ago), to be removed; ``images`` what stays."""
+    ran = list(record.get("previous") or []) + ([record["image"]] if record.get("image") else [])
+    previous = []
+    for image in reversed(ran):
+        if image != current and image not in previous and len(previous) < max(0, keep):
+            previous.insert(0, image)
+    images = remember_image(record.get("images"), current)
+    for image in previous:
+        images = remember_image(images, image)
+    retiring = [i for i in images if i != current and i not in previous]
+    return [i for i in images if i not in retiring], previous, retiring
 
 
 def auth_file_text(registry, username, password):

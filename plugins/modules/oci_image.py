@@ -37,7 +37,7 @@ options:
     default: present
   auth:
     description:
-      - Credentials for the image's registry. Never logged.
+      - Credentials for the image's registry. The password is never logged.
     type: dict
     suboptions:
       registry:
@@ -97,6 +97,11 @@ image:
   returned: always
   type: str
   sample: registry.example.com/team/app@sha256:4d4f0a...
+repository:
+  description: Its repository, C(registry/repository) (the trust policy scope of its own repository).
+  returned: always
+  type: str
+  sample: registry.example.com/team/app
 digest:
   description: Its digest.
   returned: always
@@ -197,7 +202,9 @@ def main():
         argument_spec=dict(
             name=dict(type="str", required=True),
             state=dict(type="str", choices=["present", "absent"], default="present"),
-            auth=dict(type="dict", no_log=True, options=dict(
+            # Only the password is secret: no_log on the whole dict would also mask the registry's address
+            # wherever it appears in the result (the image reference, messages).
+            auth=dict(type="dict", no_log=False, options=dict(
                 registry=dict(type="str", required=True),
                 username=dict(type="str", required=True),
                 password=dict(type="str", required=True, no_log=True),
@@ -225,7 +232,8 @@ def main():
             before = None
         else:
             raise OciError(PODMAN_MISSING)
-        result = dict(image=str(reference), digest=reference.digest, pulled=False, removed=False)
+        result = dict(image=str(reference), repository=reference.name, digest=reference.digest, pulled=False,
+                      removed=False)
         if params["state"] == "present":
             changed = before is None
             if changed and not module.check_mode:

@@ -237,7 +237,6 @@ from ansible_collections.gpuaas.apps.plugins.module_utils.oci import (  # noqa: 
     container_name,
     env_file_text,
     env_path,
-    images_to_retire,
     normalize_ports,
     normalize_probe,
     normalize_volumes,
@@ -246,7 +245,7 @@ from ansible_collections.gpuaas.apps.plugins.module_utils.oci import (  # noqa: 
     read_text,
     record_path,
     record_text,
-    remember_image,
+    plan_images,
     remove_file,
     resolve_devices,
     unit_journal,
@@ -349,10 +348,9 @@ def started(module, podman, systemd):
         module.warn("image %s is not on this host yet" % spec["image"])
 
     old_record = read_json(path_record) or {}
-    history = remember_image(old_record.get("images"), spec["image"])
-    retiring = images_to_retire(history, spec["image"], p["keep_images"])
+    images, previous, retiring = plan_images(old_record, spec["image"], p["keep_images"])
     record = {"name": name, "unit": unit_name(name), "container": container_name(name), "image": spec["image"],
-              "images": [i for i in history if i not in retiring], "probe": probe}
+              "images": images, "previous": previous, "probe": probe}
     old_unit, old_env = read_text(unit_path), read_text(path_env)
     unit_changed, env_changed = unit != old_unit, env_text != old_env
     record_changed = record_text(record) != record_text(old_record) if old_record else True
@@ -399,7 +397,7 @@ def started(module, podman, systemd):
         removed, kept = retire(podman, retiring, warnings)
         result["retired_images"] = removed
         if kept:
-            record["images"] = [i for i in history if i not in removed]
+            record["images"] = images + kept
             write_file(path_record, record_text(record), 0o644)
     for w in warnings:
         module.warn(w)
