@@ -22,7 +22,8 @@ attachments (`sha256-<digest>.sig` tags in the same repository), as cosign does.
 
 Test images are reproducible (`podman build --timestamp 0`): the same version and port give the same
 digest on every machine; two versions give two digests. The container answers
-`GET http://HOST:PORT/version.txt` with the version; it has busybox's sh, wget and cat for `podman exec`.
+`GET http://HOST:PORT/version.txt` with the version, stops at once on SIGTERM (exit 0), and has busybox's
+sh, wget and cat for `podman exec`.
 """
 
 from __future__ import annotations
@@ -52,6 +53,7 @@ IMAGE_NAME = "localhost/gpuaas-testimage"
 BUSYBOX = Path("/bin/busybox")  # Debian package busybox-static (scripts/setup.sh installs it)
 REGISTRY_CONFIG_PATH = "/etc/docker/registry/config.yml"
 HTPASSWD_PATH = "/etc/docker/registry/htpasswd"
+RECIPE_LABEL = "io.gpuaas.testimage.recipe"
 OPEN_POLICY = '{"default": [{"type": "insecureAcceptAnything"}]}\n'
 
 # cosign's encrypted private key (sigstore/cosign pkg/cosign keys, secure-systems-lab go-securesystemslib
@@ -290,11 +292,24 @@ def build_image(version: str, port: int = 8080) -> str:
     """
     if not re.fullmatch(r"[A-Za-z0-9][A-Za-z0-9_.-]{0,100}", version):
         raise ValueError(f"testregistry: version must be usable in an image tag: {version!r}")
-    ref = f"{IMAGE_NAME}:{version}-{port}"
-    if testhosts.image_exists(ref):
-        return ref
     if not _is_static_elf(BUSYBOX):
         raise RuntimeError(f"testregistry: {BUSYBOX} is missing or not static: install busybox-static (setup.sh)")
+    ref = f"{IMAGE_NAME}:{version}-{port}"
+    containerfile = (
+        "FROM scratch\n"
+        "COPY bin/ /bin/\n"
+        "COPY www/ /www/\n"
+        f'LABEL org.opencontainers.image.version="{version}"\n'
+        f"EXPOSE {port}\n"
+        # httpd as PID 1 would ignore SIGTERM (podman stop waits 10 s, then SIGKILL: exit 137, a failed
+        # unit): a shell that exits 0 on TERM stops at once and cleanly.
+        f"ENTRYPOINT [\"/bin/sh\", \"-c\", \"trap 'exit 0' TERM INT; "
+        f"/bin/busybox httpd -f -p {port} -h /www & wait\"]\n"
+    )
+    # The recipe (Containerfile and busybox) as a label: an image left by an older recipe is rebuilt.
+    recipe = hashlib.sha256(containerfile.encode() + BUSYBOX.read_bytes()).hexdigest()[:16]
+    if testhosts.image_exists(ref) and testhosts.image_label(ref, RECIPE_LABEL) == recipe:
+        return ref
     with tempfile.TemporaryDirectory(prefix="gpuaas-testimage-") as tmp:
         ctx = Path(tmp)
         (ctx / "bin").mkdir()
@@ -303,14 +318,7 @@ def build_image(version: str, port: int = 8080) -> str:
             os.symlink("busybox", ctx / "bin" / applet)
         (ctx / "www").mkdir()
         (ctx / "www" / "version.txt").write_text(version + "\n")
-        (ctx / "Containerfile").write_text(
-            "FROM scratch\n"
-            "COPY bin/ /bin/\n"
-            "COPY www/ /www/\n"
-            f'LABEL org.opencontainers.image.version="{version}"\n'
-            f"EXPOSE {port}\n"
-            f'ENTRYPOINT ["/bin/busybox", "httpd", "-f", "-p", "{port}", "-h", "/www"]\n'
-        )
+        (ctx / "Containerfile").write_text(containerfile + f"LABEL {RECIPE_LABEL}={recipe}\n")
         _check(
             subprocess.run(["podman", "build", "--quiet", "--timestamp", "0", "-t", ref, str(ctx)],
                            text=True, capture_output=True, check=False),

@@ -141,6 +141,11 @@ def test_signed_image_pulls_by_digest_and_its_nested_container_answers(oci):
     state = json.loads(sh(host, "podman inspect web").stdout)[0]
     assert state["State"]["Running"] is True
     assert state["ImageDigest"] == ref.split("@")[1]
+    # The test image stops at once and cleanly on SIGTERM (units that stop it do not end up failed).
+    started = time.monotonic()
+    sh(host, "podman stop -t 30 web")  # a container that ignored SIGTERM would take 30 s
+    assert time.monotonic() - started < 20
+    assert sh(host, "podman inspect --format '{{.State.ExitCode}}' web").stdout.strip() == "0"
 
 
 def test_unsigned_image_is_refused(oci):
