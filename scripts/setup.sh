@@ -5,7 +5,8 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 
 APT_PACKAGES=(podman runc debootstrap catatonit skopeo uidmap slirp4netns fuse-overlayfs
-              openssh-client rsync git curl jq busybox-static)
+              openssh-client rsync git curl jq busybox-static
+              postgresql)  # the control service's embedded PostgreSQL (run as its own child, in its state dir)
 
 missing=()
 for pkg in "${APT_PACKAGES[@]}"; do
@@ -13,6 +14,11 @@ for pkg in "${APT_PACKAGES[@]}"; do
 done
 SUDO=""; [ "$(id -u)" = 0 ] || SUDO="sudo"
 if ((${#missing[@]})); then
+  # The service runs Debian's PostgreSQL binaries itself; the package's own system cluster is not needed.
+  if [ ! -e /etc/postgresql-common/createcluster.d/50-gpuaas.conf ]; then
+    $SUDO mkdir -p /etc/postgresql-common/createcluster.d
+    echo "create_main_cluster = false" | $SUDO tee /etc/postgresql-common/createcluster.d/50-gpuaas.conf >/dev/null
+  fi
   echo "setup: installing ${missing[*]}"
   $SUDO apt-get update -qq
   DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq "${missing[@]}" >/dev/null

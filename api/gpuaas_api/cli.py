@@ -1,22 +1,40 @@
 """The `gpuaas` command. Subcommands live in gpuaas_api.commands.<name> modules, each exposing
 `register(subparsers)` that adds its parser and sets `func`; new modules (worker, demo, ...) are
-picked up without editing this file."""
+picked up without editing this file.
+
+Every command reads the one settings model (gpuaas_api.config) before it runs: a bad setting ends the
+command with one line on stderr that names it (exit status 2), not a traceback."""
 
 from __future__ import annotations
 
 import argparse
 import importlib
 import logging
+import os
 import pkgutil
 import sys
+from pathlib import Path
 
 from . import __version__, commands
+from .config import CONFIG_ENV, LOG_LEVELS, ConfigError, load
+
+
+def log_level(value: str) -> str:
+    """argparse type for --log-level (global, or after `serve` / `worker`)."""
+    level = value.strip().upper()
+    if level not in LOG_LEVELS:
+        raise argparse.ArgumentTypeError(f"{value!r} is not one of {', '.join(LOG_LEVELS)}")
+    return level
 
 
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="gpuaas", description="gpuaas.apps control service")
     parser.add_argument("--version", action="version", version=f"gpuaas {__version__}")
-    parser.add_argument("--log-level", default="INFO", help="DEBUG, INFO, WARNING, ...")
+    parser.add_argument("--log-level", type=log_level, default=None,
+                        help=f"{', '.join(LOG_LEVELS)} (default: setting log_level, GPUAAS_LOG_LEVEL, INFO)")
+    parser.add_argument("--config", type=Path, default=None, metavar="FILE",
+                        help=f"a TOML file of settings, keys as in docs/operator-guide.md (env {CONFIG_ENV}); "
+                             "environment variables override it")
     sub = parser.add_subparsers(dest="command", metavar="COMMAND", required=True)
     for info in sorted(pkgutil.iter_modules(commands.__path__), key=lambda m: m.name):
         module = importlib.import_module(f"{commands.__name__}.{info.name}")
@@ -27,9 +45,23 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def main(argv: list[str] | None = None) -> int:
+    from .embedded_db import EmbeddedError
+
     args = build_parser().parse_args(argv)
-    logging.basicConfig(level=args.log_level.upper(), format="%(asctime)s %(levelname)s %(name)s: %(message)s")
-    return int(args.func(args) or 0)
+    if args.config is not None:
+        # In the environment, so the processes this one starts read the same file.
+        os.environ[CONFIG_ENV] = str(args.config.absolute())
+    try:
+        args.settings = load()
+        args.log_level = args.log_level or args.settings.log_level
+        logging.basicConfig(level=args.log_level, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+        return int(args.func(args) or 0)
+    except ConfigError as exc:
+        print(f"gpuaas: {exc}", file=sys.stderr)
+        return 2
+    except EmbeddedError as exc:
+        print(f"gpuaas: {exc}", file=sys.stderr)
+        return 1
 
 
 if __name__ == "__main__":

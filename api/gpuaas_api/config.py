@@ -1,101 +1,332 @@
-"""Settings read from the environment; one place so the CLI, the app and workers agree."""
+"""The service's settings: one typed model (pydantic-settings) that serve, worker and the CLI all read.
+
+Sources, strongest first: values passed in code, environment variables (`GPUAAS_<FIELD>`, and
+`DATABASE_URL`), a TOML file named by `GPUAAS_CONFIG` (or `gpuaas --config FILE`) whose keys are the
+field names, then the defaults below. A bad value is a `ConfigError` whose message is one line naming
+the setting, e.g. `invalid setting GPUAAS_POOL_MAX (pool_max): Input should be a valid integer ...`.
+
+`Settings` (the API's view) and `OperationSettings` (the operations' and workers' view) are frozen
+dataclasses cut from that one model: `Settings()` reads the current environment and file, keyword
+arguments override single fields, and `dataclasses.replace` works on them.
+"""
 
 from __future__ import annotations
 
+import base64
+import binascii
+import dataclasses
 import os
+import tomllib
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Annotated, Any, Literal
 
 import platformdirs
+from pydantic import AliasChoices, Field, ValidationError, ValidationInfo, field_validator, model_validator
+from pydantic_settings import BaseSettings, NoDecode, PydanticBaseSettingsSource, SettingsConfigDict
 
 from .operations.kinds import KINDS as OPERATION_KINDS
 
+DEFAULT_OPERATION_TIMEOUTS = {k.name: k.timeout_s for k in OPERATION_KINDS.values()}
+CONFIG_ENV = "GPUAAS_CONFIG"
+ENV_PREFIX = "GPUAAS_"
+LOG_LEVELS = ("DEBUG", "INFO", "WARNING", "ERROR", "CRITICAL")
+# Values never echoed in an error message.
+SECRET_FIELDS = frozenset({"secret_key", "database_url"})
 
-def _state_dir() -> Path:
-    """Everything the service keeps on disk lives here (GPUAAS_STATE_DIR, default the user's state dir)."""
-    return _env_path("GPUAAS_STATE_DIR") or platformdirs.user_state_path("gpuaas", appauthor=False)
+
+class ConfigError(ValueError):
+    """A setting is missing, malformed or out of range; str() is one line that names it."""
 
 
-def _default_data_dir() -> Path:
-    return _state_dir() / "postgres"
+def default_state_dir() -> Path:
+    return platformdirs.user_state_path("gpuaas", appauthor=False)
+
+
+def _env(*names: str) -> AliasChoices:
+    return AliasChoices(*names)
+
+
+class GpuaasSettings(BaseSettings):
+    """Every setting of the control service, its workers and its CLI."""
+
+    model_config = SettingsConfigDict(env_prefix=ENV_PREFIX, case_sensitive=False, frozen=True, extra="forbid",
+                                      populate_by_name=True, validate_default=True)
+
+    # -- where things live ---------------------------------------------------------------------------
+    # Everything the service keeps on disk: content store, collection cache, dev secret key, and (by
+    # default) the embedded PostgreSQL.
+    state_dir: Path = Field(default_factory=default_state_dir)
+    # Unset: the embedded PostgreSQL (gpuaas_api.embedded_db) in data_dir. Production: your own server.
+    database_url: str | None = Field(None, validation_alias=_env("DATABASE_URL", "GPUAAS_DATABASE_URL",
+                                                                 "database_url"))
+    # The embedded server's directory; default <state_dir>/postgres.
+    data_dir: Path | None = None
+    # The embedded server's binaries (postgres, initdb); default Debian's newest /usr/lib/postgresql/*/bin.
+    postgres_bin_dir: Path | None = None
+
+    # -- serve -------------------------------------------------------------------------------------
+    host: str = "127.0.0.1"
+    port: int = Field(8000, ge=1, le=65535)
+    log_level: Literal["DEBUG", "INFO", "WARNING", "ERROR", "CRITICAL"] = "INFO"
+    pool_min: int = Field(2, ge=0)
+    pool_max: int = Field(10, ge=1)
+    # Seconds a request waits for a connection before it gets 503 database_unavailable.
+    pool_timeout: float = Field(5.0, gt=0)
+    # Per-project quota on instances that are not deleted (0: none).
+    max_instances_per_project: int = Field(100, ge=0)
+    default_token_ttl_days: int = Field(30, ge=1, validation_alias=_env("GPUAAS_TOKEN_TTL_DAYS",
+                                                                        "default_token_ttl_days"))
+    # Longest token lifetime per kind of principal; a token also never outlives the token that minted it.
+    token_max_days_user: int = Field(90, ge=1)
+    token_max_days_service_account: int = Field(365, ge=1)
+    # How often an open event stream re-checks its token and permission (revocation ends it).
+    stream_recheck_seconds: float = Field(30.0, gt=0)
+    max_body_bytes: int = Field(1 << 20, ge=1024)
+    # Largest artifact upload (PUT /v1/content/{digest}, streamed, outside max_body_bytes).
+    max_content_bytes: int = Field(256 << 20, ge=1)
+    # The registry token service (GET /v1/registry/token): the `service` and `issuer` a registry with
+    # `auth: token` is configured with.
+    registry_token_service: str = Field("gpuaas-registry", min_length=1)
+    registry_token_issuer: str = Field("gpuaas", min_length=1)
+
+    # -- operations and workers --------------------------------------------------------------------
+    ssh_private_key_file: Path | None = None
+    ssh_host_key_checking: bool = True
+    # Fernet key (urlsafe base64, 32 bytes); unset: a dev key generated into state_dir (with a warning).
+    secret_key: str | None = None
+    lease_seconds: float = Field(30.0, gt=0)
+    max_attempts: int = Field(3, ge=1)
+    poll_seconds: float = Field(1.0, gt=0, validation_alias=_env("GPUAAS_WORKER_POLL_SECONDS", "poll_seconds"))
+    worker_concurrency: int = Field(1, ge=1)
+    # Per-project quota on queued + running operations (0: none); more is refused with 429.
+    max_open_operations_per_project: int = Field(50, ge=0)
+    # Per-kind run timeouts in seconds; the environment overrides single kinds: "deploy=7200,refresh=60".
+    timeouts: Annotated[dict[str, int], NoDecode] = Field(
+        default_factory=lambda: dict(DEFAULT_OPERATION_TIMEOUTS),
+        validation_alias=_env("GPUAAS_OPERATION_TIMEOUTS", "operation_timeouts", "timeouts"))
+    # Registries (host[:port]) whose pulls this service authorizes (their token realm is
+    # /v1/registry/token): a run of a workload from one of them gets a pull credential of its own.
+    pull_credential_registries: Annotated[frozenset[str], NoDecode] = frozenset()
+
+    @field_validator("log_level", mode="before")
+    @classmethod
+    def _upper(cls, value: Any) -> Any:
+        return value.strip().upper() if isinstance(value, str) else value
+
+    @field_validator("database_url", "secret_key", mode="before")
+    @classmethod
+    def _empty_is_unset(cls, value: Any) -> Any:
+        return None if isinstance(value, str) and not value.strip() else value
+
+    @field_validator("data_dir", "postgres_bin_dir", "ssh_private_key_file", mode="before")
+    @classmethod
+    def _empty_path_is_unset(cls, value: Any) -> Any:
+        return None if isinstance(value, str) and not value.strip() else value
+
+    @field_validator("secret_key")
+    @classmethod
+    def _fernet_key(cls, value: str | None) -> str | None:
+        if value is None:
+            return None
+        try:
+            ok = len(base64.urlsafe_b64decode(value.encode())) == 32
+        except (binascii.Error, ValueError):
+            ok = False
+        if not ok:
+            raise ValueError("must be a Fernet key, 32 bytes in urlsafe base64 (make one with: python3 -c "
+                             "'from cryptography.fernet import Fernet; print(Fernet.generate_key().decode())')")
+        return value
+
+    @field_validator("timeouts", mode="before")
+    @classmethod
+    def _timeouts(cls, value: Any) -> Any:
+        if isinstance(value, str):
+            pairs = {}
+            for item in filter(None, (p.strip() for p in value.split(","))):
+                kind, sep, seconds = item.partition("=")
+                if not sep:
+                    raise ValueError(f"{item!r} is not KIND=SECONDS")
+                pairs[kind.strip()] = seconds.strip()
+            value = pairs
+        if not isinstance(value, dict):
+            return value
+        unknown = sorted(set(value) - set(DEFAULT_OPERATION_TIMEOUTS))
+        if unknown:
+            raise ValueError(f"unknown operation kind {unknown[0]!r} (known: {', '.join(DEFAULT_OPERATION_TIMEOUTS)})")
+        return DEFAULT_OPERATION_TIMEOUTS | value
+
+    @field_validator("timeouts")
+    @classmethod
+    def _positive_timeouts(cls, value: dict[str, int]) -> dict[str, int]:
+        bad = [k for k, v in value.items() if v <= 0]
+        if bad:
+            raise ValueError(f"the timeout of {bad[0]} must be a positive number of seconds")
+        return value
+
+    @field_validator("pull_credential_registries", mode="before")
+    @classmethod
+    def _registries(cls, value: Any) -> Any:
+        if isinstance(value, str):
+            return frozenset(r.strip() for r in value.split(",") if r.strip())
+        return value
+
+    @field_validator("pool_max")
+    @classmethod
+    def _pool_bounds(cls, value: int, info: ValidationInfo) -> int:
+        if "pool_min" in info.data and value < info.data["pool_min"]:
+            raise ValueError(f"must be at least pool_min ({info.data['pool_min']}), got {value}")
+        return value
+
+    @model_validator(mode="after")
+    def _derived(self) -> GpuaasSettings:
+        if self.data_dir is None:
+            object.__setattr__(self, "data_dir", self.state_dir / "postgres")
+        return self
+
+    @classmethod
+    def settings_customise_sources(cls, settings_cls: type[BaseSettings],
+                                   init_settings: PydanticBaseSettingsSource,
+                                   env_settings: PydanticBaseSettingsSource,
+                                   dotenv_settings: PydanticBaseSettingsSource,
+                                   file_secret_settings: PydanticBaseSettingsSource):
+        sources: list[PydanticBaseSettingsSource] = [init_settings, env_settings]
+        path = os.environ.get(CONFIG_ENV)
+        if path:
+            sources.append(_TomlFile(settings_cls, Path(path)))
+        return tuple(sources)
+
+
+class _TomlFile(PydanticBaseSettingsSource):
+    """The TOML file GPUAAS_CONFIG names: field names as keys, e.g. `pool_max = 20`, `[timeouts]`."""
+
+    def __init__(self, settings_cls: type[BaseSettings], path: Path):
+        super().__init__(settings_cls)
+        self.path = path
+        try:
+            self.data = tomllib.loads(path.read_text())
+        except OSError as exc:
+            raise ConfigError(f"{CONFIG_ENV}={path}: cannot read it ({exc.strerror})") from None
+        except tomllib.TOMLDecodeError as exc:
+            raise ConfigError(f"{CONFIG_ENV}={path}: not valid TOML ({exc})") from None
+        fields = set(settings_cls.model_fields) | {"operation_timeouts"}
+        unknown = sorted(set(self.data) - fields)
+        if unknown:
+            raise ConfigError(f"{CONFIG_ENV}={path}: unknown setting {unknown[0]!r}")
+
+    def get_field_value(self, field, field_name):  # noqa: ANN001 (pydantic-settings' signature)
+        return self.data.get(field_name), field_name, False
+
+    def __call__(self) -> dict[str, Any]:
+        return dict(self.data)
+
+
+def env_name(field_name: str) -> str:
+    """The environment variable a field is read from (the first one, where there are several)."""
+    alias = GpuaasSettings.model_fields[field_name].validation_alias
+    if isinstance(alias, AliasChoices):
+        return str(alias.choices[0])
+    return f"{ENV_PREFIX}{field_name.upper()}"
+
+
+def _where(name: str) -> str:
+    """How the operator set `name`: its environment variable, or its key in the GPUAAS_CONFIG file."""
+    if name not in GpuaasSettings.model_fields:
+        return "settings"
+    alias = GpuaasSettings.model_fields[name].validation_alias
+    names = [str(a) for a in alias.choices] if isinstance(alias, AliasChoices) else [f"{ENV_PREFIX}{name.upper()}"]
+    if not any(n.upper() in (k.upper() for k in os.environ) for n in names if n.isupper()):
+        path = os.environ.get(CONFIG_ENV)
+        if path:
+            return f"{name} in {path}"
+    return f"{env_name(name)} ({name})"
+
+
+def _explain(exc: ValidationError) -> str:
+    parts = []
+    for err in exc.errors(include_url=False):
+        loc = [str(x) for x in err["loc"]]
+        name = loc[0] if loc else ""
+        if name not in GpuaasSettings.model_fields:
+            name = next((f for f in GpuaasSettings.model_fields if name.upper() == env_name(f)), name)
+        message = err["msg"].removeprefix("Value error, ")
+        where = _where(name)
+        got = ""
+        if name not in SECRET_FIELDS and err["type"] not in ("value_error", "missing") and "input" in err:
+            got = f", got {err['input']!r}"
+        parts.append(f"invalid setting {where}: {message}{got}")
+    return "; ".join(parts)
+
+
+_cache: dict[tuple, GpuaasSettings] = {}
+
+
+def load(**overrides: Any) -> GpuaasSettings:
+    """The settings from the environment and the file, with `overrides` on top; ConfigError if bad."""
+    env_key = tuple(sorted((k, v) for k, v in os.environ.items()
+                           if k.upper().startswith(ENV_PREFIX) or k.upper() == "DATABASE_URL"))
+    path = os.environ.get(CONFIG_ENV)
+    try:
+        stamp = Path(path).stat().st_mtime_ns if path else None
+    except OSError:
+        stamp = None
+    key = (env_key, path, stamp)
+    if not overrides and key in _cache:
+        return _cache[key]
+    try:
+        model = GpuaasSettings(**overrides)
+    except ValidationError as exc:
+        raise ConfigError(_explain(exc)) from None
+    if not overrides:
+        _cache.clear()
+        _cache[key] = model
+    return model
+
+
+def _from_model(name: str):
+    return field(default_factory=lambda: getattr(load(), name))
 
 
 @dataclass(frozen=True)
 class Settings:
-    # Unset means: run an embedded PostgreSQL (pgserver) in data_dir.
-    database_url: str | None = field(default_factory=lambda: os.environ.get("DATABASE_URL") or None)
-    data_dir: Path = field(
-        default_factory=lambda: Path(os.environ["GPUAAS_DATA_DIR"])
-        if os.environ.get("GPUAAS_DATA_DIR")
-        else _default_data_dir()
-    )
-    pool_min: int = field(default_factory=lambda: int(os.environ.get("GPUAAS_POOL_MIN", "2")))
-    pool_max: int = field(default_factory=lambda: int(os.environ.get("GPUAAS_POOL_MAX", "10")))
-    # Seconds a request waits for a connection before it gets 503 database_unavailable.
-    pool_timeout: float = field(default_factory=lambda: float(os.environ.get("GPUAAS_POOL_TIMEOUT", "5")))
-    # Per-project quota on instances that are not deleted (0: none).
-    max_instances_per_project: int = field(
-        default_factory=lambda: int(os.environ.get("GPUAAS_MAX_INSTANCES_PER_PROJECT", "100"))
-    )
-    default_token_ttl_days: int = field(
-        default_factory=lambda: int(os.environ.get("GPUAAS_TOKEN_TTL_DAYS", "30"))
-    )
-    # Longest token lifetime per kind of principal; a token also never outlives the token that minted it.
-    token_max_days_user: int = field(
-        default_factory=lambda: int(os.environ.get("GPUAAS_TOKEN_MAX_DAYS_USER", "90")))
-    token_max_days_service_account: int = field(
-        default_factory=lambda: int(os.environ.get("GPUAAS_TOKEN_MAX_DAYS_SERVICE_ACCOUNT", "365")))
-    # How often an open event stream re-checks its token and permission (revocation ends it).
-    stream_recheck_seconds: float = field(
-        default_factory=lambda: float(os.environ.get("GPUAAS_STREAM_RECHECK_SECONDS", "30")))
-    max_body_bytes: int = field(default_factory=lambda: int(os.environ.get("GPUAAS_MAX_BODY_BYTES", str(1 << 20))))
-    # Largest artifact upload (PUT /v1/content/{digest}, streamed, outside max_body_bytes).
-    max_content_bytes: int = field(
-        default_factory=lambda: int(os.environ.get("GPUAAS_MAX_CONTENT_BYTES", str(256 << 20))))
-    # The registry token service (GET /v1/registry/token): the `service` and `issuer` a registry with
-    # `auth: token` is configured with.
-    registry_token_service: str = field(
-        default_factory=lambda: os.environ.get("GPUAAS_REGISTRY_TOKEN_SERVICE", "gpuaas-registry"))
-    registry_token_issuer: str = field(
-        default_factory=lambda: os.environ.get("GPUAAS_REGISTRY_TOKEN_ISSUER", "gpuaas"))
+    """The API's view of the settings."""
 
+    database_url: str | None = _from_model("database_url")
+    data_dir: Path = _from_model("data_dir")
+    postgres_bin_dir: Path | None = _from_model("postgres_bin_dir")
+    pool_min: int = _from_model("pool_min")
+    pool_max: int = _from_model("pool_max")
+    pool_timeout: float = _from_model("pool_timeout")
+    max_instances_per_project: int = _from_model("max_instances_per_project")
+    default_token_ttl_days: int = _from_model("default_token_ttl_days")
+    token_max_days_user: int = _from_model("token_max_days_user")
+    token_max_days_service_account: int = _from_model("token_max_days_service_account")
+    stream_recheck_seconds: float = _from_model("stream_recheck_seconds")
+    max_body_bytes: int = _from_model("max_body_bytes")
+    max_content_bytes: int = _from_model("max_content_bytes")
+    registry_token_service: str = _from_model("registry_token_service")
+    registry_token_issuer: str = _from_model("registry_token_issuer")
 
-# Operations (issue 4) ----------------------------------------------------------------------------
-
-DEFAULT_OPERATION_TIMEOUTS = {k.name: k.timeout_s for k in OPERATION_KINDS.values()}
-
-
-def _timeouts() -> dict[str, int]:
-    """GPUAAS_OPERATION_TIMEOUTS="deploy=7200,refresh=60" overrides single kinds."""
-    out = dict(DEFAULT_OPERATION_TIMEOUTS)
-    for item in filter(None, os.environ.get("GPUAAS_OPERATION_TIMEOUTS", "").split(",")):
-        kind, _, seconds = item.partition("=")
-        if kind.strip() not in out:
-            raise ValueError(f"GPUAAS_OPERATION_TIMEOUTS: unknown operation kind {kind!r}")
-        out[kind.strip()] = int(seconds)
-    return out
-
-
-def _env_path(name: str) -> Path | None:
-    return Path(os.environ[name]) if os.environ.get(name) else None
+    @classmethod
+    def from_model(cls, model: GpuaasSettings, **overrides: Any) -> Settings:
+        return cls(**{f.name: getattr(model, f.name) for f in dataclasses.fields(cls)} | overrides)
 
 
 @dataclass(frozen=True)
 class OperationSettings:
-    state_dir: Path = field(default_factory=_state_dir)
-    ssh_private_key_file: Path | None = field(default_factory=lambda: _env_path("GPUAAS_SSH_PRIVATE_KEY_FILE"))
-    ssh_host_key_checking: bool = field(default_factory=lambda: os.environ.get(
-        "GPUAAS_SSH_HOST_KEY_CHECKING", "true").lower() not in ("0", "false", "no"))
-    # Fernet key (urlsafe base64, 32 bytes); unset: a dev key generated into state_dir (with a warning).
-    secret_key: str | None = field(default_factory=lambda: os.environ.get("GPUAAS_SECRET_KEY") or None)
-    lease_seconds: float = field(default_factory=lambda: float(os.environ.get("GPUAAS_LEASE_SECONDS", "30")))
-    max_attempts: int = field(default_factory=lambda: int(os.environ.get("GPUAAS_MAX_ATTEMPTS", "3")))
-    poll_seconds: float = field(default_factory=lambda: float(os.environ.get("GPUAAS_WORKER_POLL_SECONDS", "1")))
-    # Per-project quota on queued + running operations (0: none); more is refused with 429.
-    max_open_operations_per_project: int = field(
-        default_factory=lambda: int(os.environ.get("GPUAAS_MAX_OPEN_OPERATIONS_PER_PROJECT", "50")))
-    timeouts: dict[str, int] = field(default_factory=_timeouts)
-    # Registries (host[:port]) whose pulls this service authorizes (their token realm is
-    # /v1/registry/token): a run of a workload from one of them gets a pull credential of its own.
-    pull_credential_registries: frozenset[str] = field(default_factory=lambda: frozenset(
-        r.strip() for r in os.environ.get("GPUAAS_PULL_CREDENTIAL_REGISTRIES", "").split(",") if r.strip()))
+    """The operations' and workers' view of the settings."""
+
+    state_dir: Path = _from_model("state_dir")
+    ssh_private_key_file: Path | None = _from_model("ssh_private_key_file")
+    ssh_host_key_checking: bool = _from_model("ssh_host_key_checking")
+    secret_key: str | None = _from_model("secret_key")
+    lease_seconds: float = _from_model("lease_seconds")
+    max_attempts: int = _from_model("max_attempts")
+    poll_seconds: float = _from_model("poll_seconds")
+    max_open_operations_per_project: int = _from_model("max_open_operations_per_project")
+    timeouts: dict[str, int] = _from_model("timeouts")
+    pull_credential_registries: frozenset[str] = _from_model("pull_credential_registries")
+
+    @classmethod
+    def from_model(cls, model: GpuaasSettings, **overrides: Any) -> OperationSettings:
+        return cls(**{f.name: getattr(model, f.name) for f in dataclasses.fields(cls)} | overrides)

@@ -1,4 +1,4 @@
-"""Database access: connection pool, embedded PostgreSQL, forward-only migrations.
+"""Database access: connection pool, the embedded PostgreSQL (gpuaas_api.embedded_db), forward-only migrations.
 
 Everything is synchronous psycopg 3 with plain SQL. A `with db.transaction() as conn:` block is one
 transaction (commit on success, rollback on error), so service functions take a connection and can
@@ -20,6 +20,7 @@ from psycopg.rows import dict_row
 from psycopg_pool import ConnectionPool
 
 from .config import Settings
+from .embedded_db import EmbeddedPostgres
 
 log = logging.getLogger(__name__)
 
@@ -91,16 +92,33 @@ def _first(row):
 
 
 def embedded_server_uri(data_dir: Path) -> str:
-    """Start (or attach to) the embedded PostgreSQL in data_dir and return its URI."""
-    import pgserver  # imported lazily: only needed without DATABASE_URL
+    """Start (or attach to) the embedded PostgreSQL in data_dir and return its URI; a server this starts
+    stops when this process exits."""
+    return EmbeddedPostgres(data_dir).start()
 
-    data_dir.mkdir(parents=True, exist_ok=True)
-    server = pgserver.get_server(data_dir, cleanup_mode="stop")
-    return server.get_uri()
+
+def embedded_server(settings: Settings) -> EmbeddedPostgres:
+    """The embedded PostgreSQL for `settings` (not started): see gpuaas_api.embedded_db."""
+    return EmbeddedPostgres(settings.data_dir, getattr(settings, "postgres_bin_dir", None))
 
 
 def resolve_database_url(settings: Settings) -> str:
-    return settings.database_url or embedded_server_uri(settings.data_dir)
+    """DATABASE_URL, or the URI of the embedded server (started, or attached to when it runs). A server
+    this call starts belongs to this process: it stops when the process exits, or dies."""
+    return settings.database_url or embedded_server(settings).start()
+
+
+@contextmanager
+def database_url(settings: Settings) -> Iterator[str]:
+    """resolve_database_url for a command's lifetime: a server it started is stopped when the block ends."""
+    if settings.database_url:
+        yield settings.database_url
+        return
+    server = embedded_server(settings)
+    try:
+        yield server.start()
+    finally:
+        server.stop()
 
 
 class Database:

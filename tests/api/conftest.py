@@ -1,5 +1,6 @@
-"""Real PostgreSQL for the API tests: one embedded server (pgserver) per test session, one migrated
-template database, and a fresh database cloned from the template for every test (~0.1 s)."""
+"""Real PostgreSQL for the API tests: one embedded server (the service's own, gpuaas_api.embedded_db) per
+test session, one migrated template database, and a fresh database cloned from the template for every
+test (~0.1 s)."""
 
 from __future__ import annotations
 
@@ -26,20 +27,20 @@ _counter = itertools.count()
 
 @pytest.fixture(scope="session")
 def pg_uri():
-    import pgserver
+    from gpuaas_api.embedded_db import EmbeddedPostgres
 
     # Not under pytest's tmp_path: concurrent pytest runs on this machine rotate /tmp/pytest-of-<user>
     # and would delete a live data directory.
     datadir = Path(tempfile.mkdtemp(prefix="gpuaas-api-tests-"))
-    server = pgserver.get_server(datadir, cleanup_mode="stop")
+    server = EmbeddedPostgres(datadir / "pg")
     try:
-        uri = server.get_uri()
+        uri = server.start()
         with psycopg.connect(uri, autocommit=True) as conn:
             conn.execute(f"CREATE DATABASE {TEMPLATE}")
         dbmod.upgrade(make_conninfo(uri, dbname=TEMPLATE))
         yield uri
     finally:
-        server.cleanup()
+        server.stop()
         shutil.rmtree(datadir, ignore_errors=True)
 
 

@@ -7,10 +7,10 @@ import re
 import signal
 import socket
 import subprocess
+import time
 from pathlib import Path
 
 import yaml
-from gpuaas_api.demo import _stop_postgres
 
 ROOT = Path(__file__).resolve().parents[2]
 SECTION = "## The control service: `gpuaas serve` quickstart"
@@ -22,6 +22,13 @@ def quickstart_script() -> str:
     blocks = re.findall(r"```bash\n(.*?)```", section, re.S)
     assert len(blocks) >= 3, "the quickstart lost its command blocks"
     return "\n".join(blocks)
+
+
+def _exited(pid: int) -> bool:
+    try:
+        return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0] == "Z"
+    except FileNotFoundError:
+        return True
 
 
 def free_port() -> int:
@@ -40,14 +47,20 @@ def test_readme_quickstart_works_as_written(tmp_path):
     with stdout.open("w") as out_file, stderr.open("w") as err_file:
         shell = subprocess.Popen(["bash", "-euo", "pipefail", "-c", script], cwd=ROOT, env=env,
                                  stdout=out_file, stderr=err_file, start_new_session=True)
+    pid_file = tmp_path / ".local/state/gpuaas/postgres/pgdata/postmaster.pid"
     try:
         shell.wait(timeout=300)
     finally:
-        # The server outlives the script, and the embedded PostgreSQL outlives the server.
+        postmaster = int(pid_file.read_text().split()[0]) if pid_file.exists() else None
+        # The server outlives the script; SIGTERM stops it, and its embedded PostgreSQL with it.
         os.killpg(shell.pid, signal.SIGTERM)
-        _stop_postgres(tmp_path / ".local/state/gpuaas/postgres")
     out, err = stdout.read_text(), stderr.read_text()
     assert shell.returncode == 0, f"the quickstart failed:\n{out[-3000:]}\n{err[-3000:]}"
+    assert postmaster is not None, "serve ran no embedded PostgreSQL"
+    deadline = time.monotonic() + 60
+    while not _exited(postmaster):
+        assert time.monotonic() < deadline, "the embedded PostgreSQL outlived serve's SIGTERM"
+        time.sleep(0.2)
 
     version = yaml.safe_load((ROOT / "adapters/slurm.yml").read_text())["version"]
     assert '{"status":"ready"}' in out

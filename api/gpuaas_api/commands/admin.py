@@ -19,18 +19,18 @@ def bootstrap(args: argparse.Namespace) -> int:
     from ..errors import ApiError
     from ..iam.service import bootstrap_platform_admin
 
-    url = db.resolve_database_url(Settings())
-    db.upgrade(url)
-    database = db.Database(url, min_size=1, max_size=1)
-    database.open()
-    try:
-        with database.transaction() as conn:
-            token = bootstrap_platform_admin(conn, args.email, args.ttl_days)
-    except ApiError as exc:
-        print(f"gpuaas admin bootstrap: {exc.message}", file=sys.stderr)
-        return 1
-    finally:
-        database.close()
+    with db.database_url(Settings.from_model(args.settings)) as url:
+        db.upgrade(url)
+        database = db.Database(url, min_size=1, max_size=1)
+        database.open()
+        try:
+            with database.transaction() as conn:
+                token = bootstrap_platform_admin(conn, args.email, args.ttl_days)
+        except ApiError as exc:
+            print(f"gpuaas admin bootstrap: {exc.message}", file=sys.stderr)
+            return 1
+        finally:
+            database.close()
     print(token)
     print(f"platform admin {args.email} created; the token above is shown only once", file=sys.stderr)
     return 0
