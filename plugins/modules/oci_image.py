@@ -148,6 +148,11 @@ def pull_failure(reference, stderr, policy_path):
     detail = (stderr or "").strip().splitlines()
     detail = detail[-1] if detail else "no output"
     text = stderr or ""
+    if "sigstore disabled" in text:
+        return ("podman on this host cannot verify sigstore signatures (Debian 12's podman has them patched out), so "
+                "the trust policy %s refuses every image it requires them for, %s too: run signed workloads on hosts "
+                "whose podman verifies them (Debian 13), or accept unsigned images explicitly (oci_trust_unsigned): %s"
+                % (policy_path, reference, detail))
     if "Source image rejected" in text or "signature" in text.lower():
         policy = read_json(policy_path) or {}
         scope = scope_for(policy, reference)
