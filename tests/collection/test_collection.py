@@ -30,8 +30,10 @@ def tarball_members(tmp_path_factory):
 
 def test_tarball_holds_the_collection_and_nothing_else(tarball_members):
     tops = {name.split("/")[0] for name in tarball_members}
-    assert tops == {"MANIFEST.json", "FILES.json", "README.md", "CHANGELOG.md", "meta", "plugins", "roles",
-                    "playbooks", "inventories", "docs", "adapters"}, tops
+    assert tops == {"MANIFEST.json", "FILES.json", "README.md", "CHANGELOG.md", "LICENSE", "changelogs", "meta",
+                    "plugins", "roles", "playbooks", "inventories", "docs", "adapters"}, tops
+    # Release notes ship as antsibull-changelog writes them; their fragments stay in the repository.
+    assert not any(name.startswith("changelogs/fragments") for name in tarball_members)
     # Each app's descriptor ships next to the playbooks it names.
     assert "adapters/slurm.yml" in tarball_members
     for playbook in PLAYBOOKS:
