@@ -53,7 +53,6 @@ _DIGEST_RE = re.compile(r"^sha256:[0-9a-f]{64}$")
 # Docker's reference grammar: a domain (with a dot or a port, or "localhost") then path components.
 _DOMAIN_RE = re.compile(r"^(?:[A-Za-z0-9-]+(?:\.[A-Za-z0-9-]+)*|\[[0-9a-fA-F:]+\])(?::[0-9]{1,5})?$")
 _COMPONENT_RE = re.compile(r"^[a-z0-9]+(?:(?:[._]|__|-+)[a-z0-9]+)*$")
-_TAG_RE = re.compile(r"^[\w][\w.-]{0,127}$")
 _ENV_NAME_RE = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
 _MEMORY_RE = re.compile(r"^[0-9]+[bkmg]?$", re.IGNORECASE)
 _CDI_NAME_RE = re.compile(r"^[a-z0-9.-]+/[a-zA-Z0-9_.-]+=[a-zA-Z0-9_.:-]+$")
@@ -109,15 +108,15 @@ def parse_reference(text):
     if tag:
         raise OciError("image %r carries a tag (%r) next to its digest; give the digest only (%s)"
                        % (ref, tag, example))
-    if not _DIGEST_RE.match(digest):
+    if not _DIGEST_RE.fullmatch(digest):
         raise OciError("image %r: the digest must be sha256: followed by 64 lowercase hex digits" % ref)
     if "/" not in name:
         raise OciError("image %r names no registry; give registry/repository@sha256:... (%s)" % (ref, example))
     registry, repository = name.split("/", 1)
-    if not ("." in registry or ":" in registry or registry == "localhost") or not _DOMAIN_RE.match(registry):
+    if not ("." in registry or ":" in registry or registry == "localhost") or not _DOMAIN_RE.fullmatch(registry):
         raise OciError("image %r names no registry (%r is not a host name with a dot or a port); give "
                        "registry/repository@sha256:... (%s)" % (ref, registry, example))
-    if not all(_COMPONENT_RE.match(c) for c in repository.split("/")):
+    if not all(_COMPONENT_RE.fullmatch(c) for c in repository.split("/")):
         raise OciError("image %r: repository %r may only hold lowercase letters, digits and separators (. _ -)"
                        % (ref, repository))
     return Reference(registry, repository, digest)
@@ -146,8 +145,8 @@ def check_scope(scope):
     """A docker transport scope: a registry (host[:port]) or registry/namespace[/repository]."""
     registry = scope.split("/", 1)[0]
     rest = scope.split("/", 1)[1] if "/" in scope else ""
-    bad_path = rest and not all(_COMPONENT_RE.match(c) for c in rest.split("/"))
-    if "@" in scope or not _DOMAIN_RE.match(registry) or bad_path:
+    bad_path = rest and not all(_COMPONENT_RE.fullmatch(c) for c in rest.split("/"))
+    if "@" in scope or not _DOMAIN_RE.fullmatch(registry) or bad_path:
         raise OciError("%r is not a registry or repository scope (registry[:port][/namespace/repository])" % scope)
     return scope
 
@@ -224,7 +223,7 @@ def insecure_registries_text(registries):
     """A registries.conf.d drop-in that lets podman talk plain HTTP to ``registries`` (host:port)."""
     lines = [HEADER.rstrip("\n"), "# These registries are reached over plain HTTP (no TLS)."]
     for registry in sorted(registries):
-        if not _DOMAIN_RE.match(registry):
+        if not _DOMAIN_RE.fullmatch(registry):
             raise OciError("%r is not a registry (host or host:port)" % registry)
         lines += ["", "[[registry]]", 'location = "%s"' % registry, "insecure = true"]
     return "\n".join(lines) + "\n"
@@ -253,7 +252,7 @@ def record_path(name, record_dir=RECORD_DIR):
 
 
 def check_name(name):
-    if not NAME_RE.match(name or ""):
+    if not NAME_RE.fullmatch(name or ""):
         raise OciError("name %r: 1 to 63 lowercase letters, digits, '.', '_' or '-', starting with a letter or "
                        "digit" % name)
     return name
@@ -270,7 +269,7 @@ def env_file_text(env):
     the line, so a value cannot hold a newline)."""
     lines = []
     for key in sorted(env or {}):
-        if not _ENV_NAME_RE.match(key):
+        if not _ENV_NAME_RE.fullmatch(key):
             raise OciError("environment variable name %r: letters, digits and '_', not starting with a digit" % key)
         value = env[key]
         if isinstance(value, bool):
@@ -298,7 +297,7 @@ def normalize_ports(ports):
             raise OciError("port %r: host_port and container_port must be from 1 to 65535" % (port,))
         if protocol not in ("tcp", "udp"):
             raise OciError("port %r: protocol must be tcp or udp" % (port,))
-        if host_ip and not re.match(r"^[0-9a-fA-F.:]+$", host_ip):
+        if host_ip and not re.fullmatch(r"[0-9a-fA-F.:]+", host_ip):
             raise OciError("port %r: host_ip must be an IP address" % (port,))
         key = (host_ip, host_port, protocol)
         if key in seen:
@@ -327,7 +326,7 @@ def normalize_volumes(volumes):
 
 def check_devices(devices):
     for device in devices or []:
-        if not (_CDI_NAME_RE.match(device) or re.match(r"^/dev/[A-Za-z0-9_./-]+$", device)) or "/../" in device:
+        if not (_CDI_NAME_RE.fullmatch(device) or re.fullmatch(r"/dev/[A-Za-z0-9_./-]+", device)) or "/../" in device:
             raise OciError("device %r: a CDI device (vendor.com/class=name) or a path under /dev" % device)
     return list(devices or [])
 
@@ -336,7 +335,7 @@ def check_memory(memory):
     if memory in (None, ""):
         return None
     memory = str(memory)
-    if not _MEMORY_RE.match(memory):
+    if not _MEMORY_RE.fullmatch(memory):
         raise OciError("memory %r: a number of bytes with an optional unit b, k, m or g (e.g. 512m)" % memory)
     return memory.lower()
 
@@ -500,11 +499,11 @@ def normalize_probe(probe):
         if not 0 < out["port"] < 65536:
             raise OciError("probe port must be from 1 to 65535")
         out["host"] = p.get("host") or "127.0.0.1"
-        if not re.match(r"^[A-Za-z0-9.:-]+$", out["host"]):
+        if not re.fullmatch(r"[A-Za-z0-9.:-]+", out["host"]):
             raise OciError("probe host %r: a host name or IP address" % out["host"])
     if kind == "http":
         out["path"] = p.get("path") or "/"
-        if not re.match(r"^/[\x21-\x7e]*$", out["path"]):
+        if not re.fullmatch(r"/[\x21-\x7e]*", out["path"]):
             raise OciError("probe path %r: an absolute URL path without spaces" % out["path"])
         status = p.get("status") or [200, 399]
         if not (isinstance(status, (list, tuple)) and len(status) == 2 and all(isinstance(s, int) for s in status)):
