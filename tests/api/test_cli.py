@@ -79,9 +79,11 @@ def _alive(pid: int) -> bool:
 
 
 def test_serve_with_embedded_postgres_and_sigterm(tmp_path):
-    """serve starts the embedded PostgreSQL as its own child, in GPUAAS_DATA_DIR; `admin bootstrap` attaches
-    to it; SIGTERM to serve stops both. Nothing outside the data directory changes mode."""
+    """serve starts the embedded PostgreSQL as its own child, in GPUAAS_DATA_DIR (as root here: in a user
+    namespace of its own); `admin bootstrap` attaches to it; SIGTERM to serve stops both. No user is
+    added, and nothing outside the data directory changes mode."""
     port = _free_port()
+    users = Path("/etc/passwd").read_text()
     parent = tmp_path / "private"
     parent.mkdir(mode=0o700)
     data_dir = parent / "pg"
@@ -109,6 +111,7 @@ def test_serve_with_embedded_postgres_and_sigterm(tmp_path):
     assert not _alive(postmaster), "the embedded PostgreSQL outlived serve's SIGTERM"
     assert "embedded PostgreSQL" in out and "stopped" in out
     assert stat.S_IMODE(parent.stat().st_mode) == 0o700
+    assert Path("/etc/passwd").read_text() == users, "starting the embedded PostgreSQL added a user"
     assert stat.S_IMODE(data_dir.stat().st_mode) == 0o700
     gone = run(["db", "url"], {"GPUAAS_DATA_DIR": str(data_dir)}, check=False)
     assert gone.returncode == 1 and "no embedded PostgreSQL runs" in gone.stderr
