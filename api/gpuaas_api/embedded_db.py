@@ -171,7 +171,7 @@ class EmbeddedPostgres:
             if info is None:
                 return None
             pid, port, socket_dir, status = info
-            if not _alive(pid):
+            if not _alive(pid) or not _is_postgres(pid):
                 return None  # a stale pid file: postgres itself checks and replaces it
             if status == "ready" and (socket_dir / f".s.PGSQL.{port}").exists():
                 return socket_dir, port
@@ -325,6 +325,15 @@ def _alive(pid: int) -> bool:
     except PermissionError:
         return True
     return True
+
+
+def _is_postgres(pid: int) -> bool:
+    """Whether pid runs a postgres binary (a stale pid file's pid may belong to another process now)."""
+    try:
+        argv0 = Path(f"/proc/{pid}/cmdline").read_bytes().split(b"\0", 1)[0]
+    except OSError:
+        return True  # cannot tell (no /proc): trust the pid file
+    return Path(argv0.decode(errors="replace")).name.startswith("postgres")
 
 
 def _server_env() -> dict[str, str]:
