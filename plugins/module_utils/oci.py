@@ -563,8 +563,8 @@ class Podman:
         rc, out, err = self.module.run_command(cmd, check_rc=False, data=data, binary_data=data is not None,
                                                environ_update={"LC_ALL": "C", "LANG": "C"})
         if check and rc != 0:
-            raise OciError("'podman %s' failed (rc=%s): %s" % (" ".join(str(a) for a in args), rc,
-                                                            (err or out or "").strip()))
+            command = " ".join(str(a) for a in args)
+            raise OciError("'podman %s' failed (rc=%s): %s" % (command, rc, (err or out or "").strip()))
         return rc, out, err
 
     def run_timed(self, args, timeout):
