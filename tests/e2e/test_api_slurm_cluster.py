@@ -2,16 +2,22 @@
 deploys and operates a Slurm cluster through the HTTP API only; after each step the test reads the
 real Slurm state on the hosts and the instance's timeline.
 
-This is the `gpuaas demo` flow, step by step, with the checks the demo only prints.
+This is the `gpuaas demo` flow, step by step, with the checks the demo only prints; then an upgrade
+through two registered builds of this collection that pin their own package versions, and a rollback.
 """
 
 import io
 import shutil
 import tarfile
+import time
 import uuid
+from concurrent.futures import ThreadPoolExecutor
 
 import pytest
+from gpuaas_api.catalog.register import register
 from gpuaas_api.demo import Demo
+
+from .pinned_builds import PINNED_PACKAGES, REPO_LINE, local_repo, variant
 
 pytestmark = [pytest.mark.hosts, pytest.mark.slow]
 
@@ -118,6 +124,128 @@ def test_remove_and_replace_keep_the_cluster_working(demo):
     assert set(statuses(demo)) == {"ctl", "w3", "w4"}
     assert set(node_states(demo)) == {"w3", "w4"}
     assert sorted(demo.slurm("srun --immediate=30 -N2 hostname").split()) == ["w3", "w4"]
+
+
+# v2's own copy renders another slurm.conf (not ClusterName: slurmctld refuses a renamed cluster).
+V2_ROLE_DEFAULTS = {"slurm_controller": {"slurm_controller_extra_config": {"MessageTimeout": 25}}}
+
+
+@pytest.fixture(scope="module")
+def rollout() -> dict:
+    """What the upgrade test leaves for the rollback test: the versions, the v1 slurm.conf digest, the job."""
+    return {}
+
+
+def package_versions(demo, host: str) -> dict[str, str]:
+    out = demo.host_sh(host, "dpkg-query --show --showformat='${Package} ${Version}\\n' " + " ".join(PINNED_PACKAGES))
+    return dict(line.split() for line in out.splitlines())
+
+
+def slurm_config(demo) -> dict[str, str]:
+    lines = demo.slurm("scontrol show config").splitlines()
+    return dict((k.strip(), v.strip()) for k, _, v in (line.partition("=") for line in lines if " = " in line))
+
+
+def job_state(demo, job: str) -> str:
+    return demo.slurm(f"squeue --noheader --jobs={job} --format=%T")
+
+
+def timed(demo, path: str, body: dict | None = None) -> tuple[dict, float]:
+    started = time.monotonic()
+    op = demo.operate(path, body)
+    return op, time.monotonic() - started
+
+
+def test_upgrade_runs_each_versions_own_pinned_build(demo, rollout, tmp_path):
+    hosts = ["ctl", "w3", "w4"]
+    assert set(statuses(demo)) == set(hosts)
+    # Two builds of every Slurm and munge package, made on each host from what it has (no mirror has two).
+    with ThreadPoolExecutor(len(hosts)) as pool:
+        installed = dict(zip(hosts, pool.map(
+            lambda h: local_repo(demo.hosts[h]["container"], ["gpuaas1", "gpuaas2"]), hosts), strict=True))
+    assert installed["w3"] == installed["w4"] == installed["ctl"]
+    installed = installed["ctl"]
+
+    def pins(suffix):
+        return {"slurm_package_version": f"{installed['slurmctld']}+{suffix}",
+                "munge_package_version": f"{installed['munge']}+{suffix}", "gpuaas_apt_repositories": [REPO_LINE]}
+
+    def expected(suffix):
+        return {p: f"{installed[p]}+{suffix}" for p in PINNED_PACKAGES}
+
+    # Only a run of v2's own build can set MessageTimeout=25: the checkout's roles leave it at 10 s.
+    registered = {}
+    for suffix, defaults in (("gpuaas1", None), ("gpuaas2", V2_ROLE_DEFAULTS)):
+        source = variant(tmp_path / suffix, suffix, pins(suffix), defaults)
+        (registered[suffix],) = register(demo.admin.http, source, activate=True, reason=f"e2e: pinned {suffix}")
+    v1, v2 = registered["gpuaas1"], registered["gpuaas2"]
+    assert v1.status == v2.status == "active"
+    assert v1.digest != v2.digest
+    shipped = demo.sa.get(f"/v1/instances/{demo.ids['instance']}")["app_version"]
+    assert {v1.version, v2.version} == {f"{shipped}+gpuaas1", f"{shipped}+gpuaas2"}
+    rollout.update(v1=v1, v2=v2, expected=expected)
+
+    op, seconds = timed(demo, "/upgrade", {"app_version_id": v1.version_id})
+    assert op["status"] == "succeeded", op
+    print(f"\nupgrade to {v1.version}: {seconds:.0f} s")
+    assert op["params"]["target_version_id"] == v1.version_id
+    instance = demo.sa.get(f"/v1/instances/{demo.ids['instance']}")
+    assert (instance["app_version_id"], instance["app_version"]) == (v1.version_id, v1.version)
+    assert instance["artifact_reference"].endswith(f"@{v1.digest}")
+    (upgraded,) = events(demo, correlation_id=op["correlation_id"], type="apps.instance.upgraded")
+    assert upgraded["payload"] == {"from": shipped, "to": v1.version}
+    for host in hosts:
+        assert package_versions(demo, host) == expected("gpuaas1"), host
+    rollout["v1_conf"] = demo.slurm("sha256sum /etc/slurm/slurm.conf").split()[0]
+    assert slurm_config(demo)["MessageTimeout"] == "10 sec"
+
+    # A job that runs through both version changes.
+    job = demo.slurm("sbatch --parsable -w w3 --output=/dev/null --wrap 'sleep 900'")
+    rollout["job"] = job
+    deadline = time.monotonic() + 60
+    while job_state(demo, job) != "RUNNING":
+        assert time.monotonic() < deadline, f"job {job} is {job_state(demo, job)!r}, not RUNNING after 60 s"
+        time.sleep(1)
+
+    op, seconds = timed(demo, "/upgrade", {"app_version_id": v2.version_id})
+    assert op["status"] == "succeeded", op
+    print(f"upgrade to {v2.version}: {seconds:.0f} s")
+    assert op["params"]["target_version_id"] == v2.version_id
+    assert demo.sa.get(f"/v1/instances/{demo.ids['instance']}")["app_version_id"] == v2.version_id
+    (upgraded,) = events(demo, correlation_id=op["correlation_id"], type="apps.instance.upgraded")
+    assert upgraded["payload"] == {"from": v1.version, "to": v2.version}
+    for host in hosts:
+        assert package_versions(demo, host) == expected("gpuaas2"), host
+    assert slurm_config(demo)["MessageTimeout"] == "25 sec"
+    assert demo.slurm("sha256sum /etc/slurm/slurm.conf").split()[0] != rollout["v1_conf"]
+    assert job_state(demo, job) == "RUNNING"
+
+
+def test_rollback_returns_to_the_previous_build_exactly(demo, rollout):
+    assert "job" in rollout, "runs after test_upgrade_runs_each_versions_own_pinned_build"
+    v1, v2, job = rollout["v1"], rollout["v2"], rollout["job"]
+    # Back to v1's build: its own reconfigure, downgrading every package to its +gpuaas1 pin.
+    op, seconds = timed(demo, "/rollback")
+    assert op["status"] == "succeeded", op
+    print(f"\nrollback to {v1.version}: {seconds:.0f} s")
+    assert op["params"]["target_version_id"] == v1.version_id
+    instance = demo.sa.get(f"/v1/instances/{demo.ids['instance']}")
+    assert (instance["app_version_id"], instance["app_version"]) == (v1.version_id, v1.version)
+    assert instance["artifact_reference"].endswith(f"@{v1.digest}")
+    (rolled_back,) = events(demo, correlation_id=op["correlation_id"], type="apps.instance.rolled_back")
+    assert rolled_back["payload"] == {"from": v2.version, "to": v1.version}
+
+    for host in ("ctl", "w3", "w4"):
+        assert package_versions(demo, host) == rollout["expected"]("gpuaas1"), host
+    assert demo.slurm("sha256sum /etc/slurm/slurm.conf").split()[0] == rollout["v1_conf"]
+    assert slurm_config(demo)["MessageTimeout"] == "10 sec"
+    assert job_state(demo, job) == "RUNNING"
+    assert sorted(demo.slurm("srun --immediate=30 -N2 hostname").split()) == ["w3", "w4"]
+    demo.slurm(f"scancel {job}")
+    deadline = time.monotonic() + 60
+    while job_state(demo, job) != "":
+        assert time.monotonic() < deadline, f"job {job} still {job_state(demo, job)!r} 60 s after scancel"
+        time.sleep(1)
 
 
 def test_no_secret_value_leaves_the_service(demo):
