@@ -109,6 +109,9 @@ def test_register_pins_a_workload_image_per_version(world, tmp_path):
     descriptor = yaml.safe_load((source / "adapters" / "opsapp.yml").read_text())
     descriptor["workload"] = {"artifact_kind": "oci", "variable": "opsapp_image"}
     (source / "adapters" / "opsapp.yml").write_text(yaml.safe_dump(descriptor))
+    # A build version with semver build metadata ("+") still makes a valid reference tag.
+    galaxy = yaml.safe_load((source / "galaxy.yml").read_text()) | {"version": "1.0.0+build.7"}
+    (source / "galaxy.yml").write_text(yaml.safe_dump(galaxy))
     tarball = build(source, tmp_path)
     images = {tag: f"127.0.0.1:5000/team/web@sha256:{hashlib.sha256(tag.encode()).hexdigest()}" for tag in "ab"}
 
@@ -126,6 +129,7 @@ def test_register_pins_a_workload_image_per_version(world, tmp_path):
     got = world.call("platform_admin", "GET", f"/v1/catalog/apps/opsapp/versions/{candidate.version}", 200).json()
     assert (got["workload_artifact_reference"], got["workload_artifact_status"], got["artifact_id"]) == (
         images["b"], "canary", stable.artifact_id)
+    assert got["artifact_reference"].startswith("collections/gpuaas_tests.opsapp:1.0.0_build.7@sha256:")
     # Again: nothing new; then the candidate is promoted.
     assert register(_admin(world), tarball, canary=True, workloads={"opsapp": images["b"]}) == [candidate]
     (promoted,) = register(_admin(world), tarball, activate=True, workloads={"opsapp": images["b"]})

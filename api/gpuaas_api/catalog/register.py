@@ -99,7 +99,9 @@ def register(api: httpx.Client, source: Path, *, activate: bool = False, canary:
         manifest = collection_manifest(tarball)
         _call(api, "PUT", f"/v1/content/{digest}", (200, 201), content=tarball.read_bytes(),
               headers={"Content-Type": "application/octet-stream"})
-    reference = f"collections/{manifest['namespace']}.{manifest['name']}:{manifest['version']}@{digest}"
+    # The version is the reference's tag; OCI tags have no "+", so semver build metadata keeps Helm's "_".
+    tag = manifest["version"].replace("+", "_")
+    reference = f"collections/{manifest['namespace']}.{manifest['name']}:{tag}@{digest}"
     workloads, signers = workloads or {}, signers or {}
     unknown = set(workloads) - {d.app.slug for d in apps if d.workload}
     if unknown:
