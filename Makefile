@@ -4,7 +4,7 @@ VENV := .venv/bin
 export ANSIBLE_COLLECTIONS_PATH := $(CURDIR)/build/collections
 export PATH := $(CURDIR)/.venv/bin:$(PATH)
 
-.PHONY: setup demo test lint unit api integration sanity bench clean-hosts
+.PHONY: setup demo test lint unit api integration sanity bench clean-hosts molecule
 
 setup:
 	bash scripts/setup.sh
@@ -31,3 +31,8 @@ integration: setup
 
 clean-hosts:
 	$(VENV)/python scripts/testhosts.py down --all
+
+# Role developers: `make molecule SCENARIO=cluster` builds what molecule needs and runs the scenario.
+SCENARIO ?= cluster
+molecule:
+	bash scripts/molecule.sh $(SCENARIO)

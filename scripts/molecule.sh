@@ -1,0 +1,25 @@
+#!/usr/bin/env bash
+# One command for role developers: builds whatever molecule needs, then runs a scenario.
+#
+#   scripts/molecule.sh [SCENARIO] [MOLECULE COMMAND]     (make molecule SCENARIO=cluster)
+#   scripts/molecule.sh cluster            # destroy, syntax, create, converge, idempotence, check, verify, destroy
+#   scripts/molecule.sh accounting converge   # keep the hosts up to iterate; `... accounting destroy` after
+#
+# What it builds (each step is skipped when already done): the Debian packages, podman settings and .venv of
+# scripts/setup.sh, which also links this checkout as the collection under build/collections; the test host
+# images (localhost/gpuaas-testhost:bookworm and the -slurm one with the Slurm packages installed, built
+# locally with debootstrap from the Debian mirror: no registry is needed). Each scenario's hosts get a
+# podman network of their own (gpuaas-molecule-<scenario>), which molecule creates and removes. Scenarios:
+# molecule/*/ (single_node, cluster, accounting).
+set -euo pipefail
+cd "$(dirname "$0")/.."
+scenario=${1:-cluster}
+command=${2:-test}
+if [ ! -f "molecule/$scenario/molecule.yml" ]; then
+  echo "molecule.sh: no scenario '$scenario'; there are: $(ls molecule | tr '\n' ' ')" >&2
+  exit 2
+fi
+bash scripts/setup.sh
+.venv/bin/python -c 'from gpuaas_api import testhosts; testhosts.build_slurm(rebuild=False)'
+export PATH="$PWD/.venv/bin:$PATH"
+exec molecule "$command" -s "$scenario"
