@@ -80,16 +80,12 @@ plugin: gpuaas.apps.gpuaas
 url: https://gpuaas.example.com
 project_id: 0b6a6f0e-3e0e-4a86-9b47-2f7d5f0c1a11
 instances: [hpc]
-
-# Every running instance, grouped further by member status (Constructable)
-plugin: gpuaas.apps.gpuaas
-url: https://gpuaas.example.com
-token_file: /run/secrets/gpuaas-token
-project_id: 0b6a6f0e-3e0e-4a86-9b47-2f7d5f0c1a11
-statuses: [running]
-keyed_groups:
-  - key: gpuaas_members | map(attribute='status') | first
-    prefix: member
+# With token_file: /run/secrets/gpuaas-token instead of GPUAAS_TOKEN, every running instance, and groups
+# by member status (Constructable), add:
+#   statuses: [running]
+#   keyed_groups:
+#     - key: gpuaas_members | map(attribute='status') | first
+#       prefix: member
 """
 
 # Plugins import after their documentation, as Ansible's own do.
