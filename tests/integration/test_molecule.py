@@ -29,9 +29,13 @@ def test_molecule_scenario(scenario):
         timeout=1200,
         check=False,
     )
-    output = proc.stdout + proc.stderr
+    output = re.sub(r"\x1b\[[0-9;]*m", "", proc.stdout + proc.stderr)
     assert proc.returncode == 0, f"scripts/molecule.sh {scenario} failed:\n{output[-6000:]}"
     ran = re.findall(rf"{scenario} ➜ (\w+): Executed: Successful", output)
     for step in ("converge", "idempotence", "check", "verify"):
         assert step in ran, f"molecule did not run the {step} step: {ran}"
+    # Under --check, the converged cluster needs no change.
+    check = output[output.index(f"{scenario} ➜ check: Executing"):output.index(f"{scenario} ➜ check: Executed")]
+    changed = re.findall(r"(\S+)\s+: ok=\d+\s+changed=(\d+)", check)
+    assert changed and all(n == "0" for _, n in changed), f"--check would change something: {changed}"
 
