@@ -104,7 +104,9 @@ def test_importer_passes_with_no_warning(with_repository, tmp_path):
     for role in (ROOT / "roles").iterdir():
         assert docs[role.name]["readme_html"], f"role {role.name} has no README Galaxy can show"
     for module in (ROOT / "plugins/modules").glob("*.py"):
-        assert docs[module.stem]["doc_strings"]["doc"]["short_description"], module.stem
+        # ansible-doc skips a module whose documentation it cannot read, and the importer says nothing.
+        doc = (docs[module.stem].get("doc_strings") or {}).get("doc") or {}
+        assert doc.get("short_description"), f"Galaxy would show no documentation for module {module.stem}"
     assert result["docs_blob"]["collection_readme"]["html"]
     assert result["requires_ansible"] == yaml.safe_load((ROOT / "meta/runtime.yml").read_text())["requires_ansible"]
     assert result["metadata"]["repository"] == ROOT.as_uri()
