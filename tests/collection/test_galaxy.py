@@ -100,12 +100,13 @@ def test_importer_passes_with_no_warning(with_repository, tmp_path):
                 | {("module", p.stem) for p in (ROOT / "plugins/modules").glob("*.py")}
                 | {("playbook", p.name) for p in (ROOT / "playbooks").glob("*.yml")})
     assert expected <= contents, expected - contents
-    docs = {c["content_name"]: c for c in result["docs_blob"]["contents"]}
+    # A role and a module may share a name (oci_trust): key the docs by both.
+    docs = {(c["content_type"], c["content_name"]): c for c in result["docs_blob"]["contents"]}
     for role in (ROOT / "roles").iterdir():
-        assert docs[role.name]["readme_html"], f"role {role.name} has no README Galaxy can show"
+        assert docs[("role", role.name)]["readme_html"], f"role {role.name} has no README Galaxy can show"
     for module in (ROOT / "plugins/modules").glob("*.py"):
         # ansible-doc skips a module whose documentation it cannot read, and the importer says nothing.
-        doc = (docs[module.stem].get("doc_strings") or {}).get("doc") or {}
+        doc = (docs[("module", module.stem)].get("doc_strings") or {}).get("doc") or {}
         assert doc.get("short_description"), f"Galaxy would show no documentation for module {module.stem}"
     assert result["docs_blob"]["collection_readme"]["html"]
     assert result["requires_ansible"] == yaml.safe_load((ROOT / "meta/runtime.yml").read_text())["requires_ansible"]
