@@ -9,7 +9,7 @@ __metaclass__ = type
 DOCUMENTATION = r"""
 name: gpuaas
 short_description: The app instances of a gpuaas control service project as an inventory
-version_added: "0.2.0"
+version_added: "0.1.0"
 description:
   - Reads the instances of one project from the gpuaas control service's public API and yields, for each, the
     inventory the control service itself runs its playbooks with (C(GET /v1/instances/{id}/inventory)), that is the
