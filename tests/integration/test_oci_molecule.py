@@ -23,12 +23,18 @@ def test_molecule_scenario_oci_workload():
     testhosts.ensure_network()
     venv_bin = Path(sys.executable).parent
     env = dict(os.environ, PATH=f"{venv_bin}:{os.environ['PATH']}", ANSIBLE_NOCOLOR="1", NO_COLOR="1")
+    # One stream, so that each step's Ansible output sits between molecule's lines about the step.
     proc = subprocess.run([str(venv_bin / "molecule"), "test", "-s", "oci_workload"], cwd=ROOT, env=env,
-                          capture_output=True, text=True, timeout=1200, check=False)
-    output = proc.stdout + proc.stderr
+                          stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, timeout=1200, check=False)
+    output = re.sub(r"\x1b\[[0-9;]*m", "", proc.stdout)
     assert proc.returncode == 0, f"molecule test -s oci_workload failed:\n{output[-6000:]}"
     # "[oci_workload > verify] Executed: Successful" (or "oci_workload ➜ verify: ..." on a terminal)
     ran = re.findall(r"oci_workload(?: > | ➜ )(\w+)\]?:? Executed: Successful", output)
     for step in ("prepare", "converge", "idempotence", "check", "verify", "side_effect", "cleanup"):
         assert step in ran, f"molecule did not run the {step} step: {ran}"
     assert "Nothing left on mol-oci." in output
+    # Under --check, the converged host needs no change.
+    check = re.search(r"oci_workload(?: > | ➜ )check\]?:? Executing(.*?)oci_workload(?: > | ➜ )check\]?:? Executed",
+                      output, re.S)
+    changed = re.findall(r"(\S+)\s+: ok=\d+\s+changed=(\d+)", check.group(1))
+    assert changed and all(n == "0" for _, n in changed), f"--check would change something: {changed}"
