@@ -143,7 +143,9 @@ options:
     type: dict
     default: {}
   keep_images:
-    description: How many previous images to keep on the host (for a fast rollback); older ones are removed.
+    description:
+      - How many of the images that ran before to keep on the host (for a fast rollback). Older ones, and images
+        pulled for the workload that never ran (a refused start), are removed.
     type: int
     default: 1
 notes:
@@ -341,11 +343,10 @@ def started(module, podman, systemd):
     spec, env_text, probe, unit = build_spec(module, podman_path)
     unit_path = os.path.join(UNIT_DIR, unit_name(name))
     path_env, path_record = spec["env_file"], record_path(name, RECORD_DIR)
-    if have_podman and podman.image(spec["image"]) is None:
-        if not module.check_mode:
-            raise OciError("image %s is not on this host: pull it first (gpuaas.apps.oci_image); the unit never "
-                           "pulls" % spec["image"])
-        module.warn("image %s is not on this host yet" % spec["image"])
+    # In check mode (the playbooks' check before they pull) a missing image is what the pull will bring.
+    if have_podman and not module.check_mode and podman.image(spec["image"]) is None:
+        raise OciError("image %s is not on this host: pull it first (gpuaas.apps.oci_image); the unit never "
+                       "pulls" % spec["image"])
 
     old_record = read_json(path_record) or {}
     images, previous, retiring = plan_images(old_record, spec["image"], p["keep_images"])
@@ -431,7 +432,8 @@ def absent(module, podman, systemd):
     if unit_known:
         systemd.run("disable", "--now", unit, check=False)
     if container:
-        podman.run(["rm", "--force", "--time", str(module.params["stop_timeout"]), container_name(name)])
+        # Stopping the unit removes it already (ExecStopPost); this catches one started outside the unit.
+        podman.run(["rm", "--force", "--ignore", "--time", str(module.params["stop_timeout"]), container_name(name)])
     for f in files:
         remove_file(f)
     if unit_known:

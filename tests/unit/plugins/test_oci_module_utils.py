@@ -9,6 +9,7 @@ import socket
 import threading
 
 import pytest
+import yaml
 from ansible_collections.gpuaas.apps.plugins.module_utils import oci
 
 DIGEST = "sha256:" + "ab" * 32
@@ -113,7 +114,6 @@ def test_anything_else_is_not_a_scope(scope):
 def test_the_registries_d_drop_in_is_yaml_and_records_its_scopes():
     text = oci.registries_d_text(["b.example.com/x", "a.example.com/y"], sigstore=True)
     assert text.startswith("# Managed by gpuaas.apps")
-    yaml = pytest.importorskip("yaml")  # PyYAML is in the project's environment; containers/image reads YAML
     assert yaml.safe_load(text) == {"docker": {"a.example.com/y": {"use-sigstore-attachments": True},
                                                "b.example.com/x": {"use-sigstore-attachments": True}}}
     assert oci.registries_d_scopes(text) == ["a.example.com/y", "b.example.com/x"]
