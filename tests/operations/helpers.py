@@ -2,13 +2,17 @@
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import shutil
+import socket
 import tempfile
+import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
+import uvicorn
 import yaml
 from api.world import World
 from fastapi.testclient import TestClient
@@ -91,3 +95,20 @@ def instance_secrets(ops, instance_id: str) -> dict[str, str]:
 
     with ops.database.transaction() as conn:
         return secrets.load(conn, ops.settings, instance_id)
+
+
+@contextlib.contextmanager
+def serving(app) -> Iterator[str]:
+    """The app over real HTTP on a free loopback port (uvicorn in a thread); yields its base URL."""
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    server = uvicorn.Server(uvicorn.Config(app, host="127.0.0.1", port=port, log_level="warning"))
+    thread = threading.Thread(target=server.run, daemon=True)
+    thread.start()
+    try:
+        wait_for(lambda: server.started, 30, what="uvicorn")
+        yield f"http://127.0.0.1:{port}"
+    finally:
+        server.should_exit = True
+        thread.join(10)

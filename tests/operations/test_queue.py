@@ -10,20 +10,17 @@ from __future__ import annotations
 import io
 import os
 import signal
-import socket
 import subprocess
 import sys
 import tarfile
-import threading
 import time
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import httpx
 import pytest
-import uvicorn
 
-from .helpers import events, instance_secrets, make_instance, members, wait_for, wait_op
+from .helpers import events, instance_secrets, make_instance, members, serving, wait_for, wait_op
 
 SA = "service_account"
 
@@ -286,16 +283,8 @@ def test_no_secret_value_in_events_audit_responses_or_artifacts(ops, caplog):
 
 @pytest.fixture
 def live_server(app):
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        port = s.getsockname()[1]
-    server = uvicorn.Server(uvicorn.Config(app, host="127.0.0.1", port=port, log_level="warning"))
-    thread = threading.Thread(target=server.run, daemon=True)
-    thread.start()
-    wait_for(lambda: server.started, 10, what="uvicorn")
-    yield f"http://127.0.0.1:{port}"
-    server.should_exit = True
-    thread.join(10)
+    with serving(app) as url:
+        yield url
 
 
 def read_sse(url: str, headers: dict, n: int) -> list[dict]:
