@@ -10,7 +10,8 @@
 # images (localhost/gpuaas-testhost:bookworm and the -slurm one with the Slurm packages installed, built
 # locally with debootstrap from the Debian mirror: no registry is needed). Each scenario's hosts get a
 # podman network of their own (gpuaas-molecule-<scenario>), which molecule creates and removes. Scenarios:
-# molecule/*/ (single_node, cluster, accounting).
+# molecule/*/ (single_node, cluster, accounting; oci_workload, whose host and registry are built from the
+# Debian 13 images instead and sit on the test hosts' network).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 scenario=${1:-cluster}
@@ -20,6 +21,13 @@ if [ ! -f "molecule/$scenario/molecule.yml" ]; then
   exit 2
 fi
 bash scripts/setup.sh
-.venv/bin/python -c 'from gpuaas_api import testhosts; testhosts.build_slurm(rebuild=False)'
+case "$scenario" in
+  oci_*)  # a Debian 13 host with podman (Debian 12's cannot verify signatures) and a registry host
+    .venv/bin/python -c 'from gpuaas_api import testhosts
+for flavor in ("registry", "oci-trixie"):
+    testhosts.build(flavor)  # one at a time: both are built on the Debian 13 base image
+testhosts.ensure_network()' ;;
+  *) .venv/bin/python -c 'from gpuaas_api import testhosts; testhosts.build_slurm(rebuild=False)' ;;
+esac
 export PATH="$PWD/.venv/bin:$PATH"
 exec molecule "$command" -s "$scenario"

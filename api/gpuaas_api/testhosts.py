@@ -358,7 +358,14 @@ def running(prefix: str | None) -> list[dict]:
 def down(prefix: str | None) -> None:
     names = [h["container"] for h in running(prefix)]
     if names:
-        run(["podman", "rm", "-f", "-t", "2", *names], stdout=subprocess.DEVNULL)
+        remove_containers(names)
+
+
+def remove_containers(names: list[str]) -> None:
+    """Remove containers, running or not. A container whose systemd is halting while podman kills it answers
+    "container state improper: stopped" to the first try; the second try removes the stopped container."""
+    if run(["podman", "rm", "-f", "-t", "2", *names], check=False, stdout=subprocess.DEVNULL).returncode:
+        run(["podman", "rm", "-f", "--ignore", "-t", "2", *names], stdout=subprocess.DEVNULL)
 
 
 def inventory(hosts: list[dict]) -> str:

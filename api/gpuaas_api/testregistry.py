@@ -145,7 +145,7 @@ class Registry:
 
     def stop(self) -> None:
         """Remove this registry host (and everything pushed to it)."""
-        testhosts.run(["podman", "rm", "-f", "-t", "2", self.container], stdout=subprocess.DEVNULL)
+        testhosts.remove_containers([self.container])
 
     def exec(self, *cmd: str, input: str | None = None) -> subprocess.CompletedProcess:  # noqa: A002
         """Run a command on the registry host; returns the completed process (not checked)."""
