@@ -1,6 +1,6 @@
 """Drives the collection's playbooks against real containerized test hosts and reads real Slurm state.
 
-Shared by the integration tests and bench/bench_slurm_lifecycle.py.
+Shared by the integration tests and bench/bench_slurm_speed.py.
 """
 
 from __future__ import annotations
