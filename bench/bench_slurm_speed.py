@@ -43,7 +43,6 @@ ROOT = Path(__file__).resolve().parents[1]
 # This checkout's harness and test hosts, also when the bench runs from another worktree.
 sys.path[:0] = [str(ROOT), str(ROOT / "api"), str(ROOT / "bench")]
 
-from gpuaas_api import testhosts  # noqa: E402
 from slurm_floor import Floor  # noqa: E402
 
 from tests.integration.slurm_harness import Cluster, restarted  # noqa: E402
@@ -59,7 +58,14 @@ def prefix() -> str:
 
 def swap(cluster: Cluster, old: str, new: str) -> None:
     """Replaces the test host `old` (out of the cluster now) by a fresh one named `new`."""
-    testhosts.remove_containers([cluster.hosts.pop(old)["container"]])
+    container = cluster.hosts.pop(old)["container"]
+    # A second try removes a container whose systemd was halting while podman killed it.
+    for _ in range(2):
+        if subprocess.run(["podman", "rm", "-f", "--ignore", "-t", "2", container], capture_output=True,
+                          check=False).returncode == 0:
+            break
+    else:
+        raise SystemExit(f"could not remove test host {container}")
     cluster.add_hosts([new])
 
 
