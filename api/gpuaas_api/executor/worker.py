@@ -3,7 +3,13 @@
 Any number of workers (threads here, processes, machines) may share one database. A claim takes a
 lease; a heartbeat thread extends it while the run lasts and watches for cancel requests. A worker
 that dies stops heartbeating; any other worker re-queues (or, after max_attempts, fails) the
-operation once the lease has expired."""
+operation once the lease has expired.
+
+A worker wakes on the event, not on a timer: accepting an operation sends a notification on the
+queue's channel (operations.service.QUEUE_CHANNEL) when its transaction commits, and one listener
+thread per worker wakes every idle claim loop at once. The poll (poll_seconds) stays as the
+fallback for what sends no notification: a notification lost while the listener was reconnecting, a
+lease that expired, an operation that became the head of its instance's queue."""
 
 from __future__ import annotations
 
@@ -18,6 +24,7 @@ from pathlib import Path
 from typing import TypeVar
 
 import psycopg
+from psycopg import sql
 
 from .. import correlation
 from ..audit import service as audit
@@ -37,19 +44,57 @@ log = logging.getLogger(__name__)
 T = TypeVar("T")
 
 
+class Wakeup:
+    """Counts wake-up calls (a notification, a reconnect, stop); a claim loop reads the count before it
+    looks at the queue and then waits until the count moves past it, so a call that comes while the
+    loop is claiming is never missed."""
+
+    def __init__(self) -> None:
+        self._cond = threading.Condition()
+        self.count = 0
+
+    def __call__(self) -> None:
+        with self._cond:
+            self.count += 1
+            self._cond.notify_all()
+
+    def wait(self, seen: int, timeout: float) -> bool:
+        """True when woken, False when `timeout` passed first."""
+        with self._cond:
+            return self._cond.wait_for(lambda: self.count != seen, timeout)
+
+
+class _Stop(threading.Event):
+    """The worker's stop event; setting it also wakes the idle claim loops."""
+
+    def __init__(self, wakeup: Wakeup):
+        super().__init__()
+        self._wakeup = wakeup
+
+    def set(self) -> None:
+        super().set()
+        self._wakeup()
+
+
 class Worker:
+    # How often the listener looks at `stop` while no notification comes.
+    LISTEN_SLICE_SECONDS = 1.0
+
     def __init__(self, database: Database, settings: OperationSettings | None = None, *,
                  name: str | None = None, concurrency: int = 1):
         self.db = database
         self.settings = settings or OperationSettings()
         self.name = name or f"{socket.gethostname()}:{os.getpid()}:{uuid.uuid4().hex[:6]}"
         self.concurrency = concurrency
-        self.stop = threading.Event()
+        self.wakeup = Wakeup()
+        self.stop = _Stop(self.wakeup)
 
     # The loop -----------------------------------------------------------------------------------
 
     def serve(self) -> None:
-        """Run `concurrency` claim loops until stop is set; returns after in-flight runs end."""
+        """Run `concurrency` claim loops (and the listener that wakes them) until stop is set; returns
+        after in-flight runs end."""
+        threading.Thread(target=self._listen, name=f"listener-{self.name}", daemon=True).start()
         threads = [threading.Thread(target=self._loop, args=(f"{self.name}/{i}",), name=f"worker-{i}", daemon=True)
                    for i in range(self.concurrency)]
         for t in threads:
@@ -65,6 +110,7 @@ class Worker:
 
     def _loop(self, slot: str) -> None:
         while not self.stop.is_set():
+            seen = self.wakeup.count
             try:
                 worked = self.run_once(slot)
             except psycopg.OperationalError as exc:
@@ -74,7 +120,31 @@ class Worker:
                 log.exception("worker loop error; going on")
                 worked = False
             if not worked:
-                self.stop.wait(self.settings.poll_seconds)
+                self.wakeup.wait(seen, self.settings.poll_seconds)
+
+    def _listen(self) -> None:
+        """LISTEN on the queue's channel on a connection of its own and wake the claim loops on every
+        notification. When the database goes away, connect again (the poll covers the gap); each
+        (re)connect wakes the loops too, for what was accepted while nobody listened."""
+        delay = 0.2
+        while not self.stop.is_set():
+            try:
+                with psycopg.connect(self.db.conninfo, autocommit=True, connect_timeout=5) as conn:
+                    conn.execute(sql.SQL("LISTEN {}").format(sql.Identifier(ops.QUEUE_CHANNEL)))
+                    delay = 0.2
+                    self.wakeup()
+                    while not self.stop.is_set():
+                        for _ in conn.notifies(timeout=self.LISTEN_SLICE_SECONDS):
+                            self.wakeup()
+            except psycopg.OperationalError as exc:
+                if self.stop.is_set():
+                    return
+                log.warning("queue listener: database unavailable (%s); polling every %.1f s until it is back",
+                            type(exc).__name__, self.settings.poll_seconds)
+            except Exception:  # noqa: BLE001 - the poll goes on without the listener; keep trying
+                log.exception("queue listener failed; listening again")
+            self.stop.wait(delay)
+            delay = min(delay * 2, 5.0)
 
     def run_once(self, slot: str | None = None) -> bool:
         """Recover expired leases, then claim and run one operation. False when the queue was empty.

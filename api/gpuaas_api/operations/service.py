@@ -24,6 +24,9 @@ from . import rules, truth
 from .kinds import KINDS
 
 log = logging.getLogger(__name__)
+# Accepting an operation notifies this channel (delivered when the accepting transaction commits);
+# workers LISTEN on it and claim at once instead of waiting for their next poll.
+QUEUE_CHANNEL = "gpuaas_operations"
 
 
 class _KeyTaken(Exception):
@@ -132,6 +135,7 @@ def _queue(conn, settings: OperationSettings, actor: Principal, instance: dict, 
     ).fetchone()
     if op is None:
         raise _KeyTaken
+    conn.execute("SELECT pg_notify(%s, %s)", (QUEUE_CHANNEL, str(op["id"])))
     audit.append_event(conn, instance, "operation.queued",
                        {"operation_id": str(op["id"]), "kind": kind, "member_ids": [str(m) for m in member_ids]})
     audit.record(conn, actor, f"apps.operation.{kind}", "operation", op["id"],
