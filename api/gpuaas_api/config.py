@@ -93,6 +93,8 @@ class GpuaasSettings(BaseSettings):
     # -- operations and workers --------------------------------------------------------------------
     ssh_private_key_file: Path | None = None
     ssh_host_key_checking: bool = True
+    # A run reaches every host of its inventory at once (forks = host count), up to this many at a time.
+    run_forks_max: int = Field(50, ge=1)
     # Fernet key (urlsafe base64, 32 bytes); unset: a dev key generated into state_dir (with a warning).
     secret_key: str | None = None
     lease_seconds: float = Field(30.0, gt=0)
@@ -319,6 +321,7 @@ class OperationSettings:
     state_dir: Path = _from_model("state_dir")
     ssh_private_key_file: Path | None = _from_model("ssh_private_key_file")
     ssh_host_key_checking: bool = _from_model("ssh_host_key_checking")
+    run_forks_max: int = _from_model("run_forks_max")
     secret_key: str | None = _from_model("secret_key")
     lease_seconds: float = _from_model("lease_seconds")
     max_attempts: int = _from_model("max_attempts")

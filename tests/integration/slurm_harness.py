@@ -120,7 +120,9 @@ class Cluster:
         return path
 
     def playbook(self, name: str, inventory: Path | None = None, timeout: float = 900, **extra_vars) -> PlaybookRun:
-        cmd = [ANSIBLE_PLAYBOOK, "-i", str(inventory or self.inventory()), f"gpuaas.apps.{name}"]
+        # As docs/slurm-playbooks.md tells operators: at least as many forks as hosts.
+        cmd = [ANSIBLE_PLAYBOOK, "-i", str(inventory or self.inventory()), "--forks", str(max(5, len(self.hosts))),
+               f"gpuaas.apps.{name}"]
         for key, value in extra_vars.items():
             # Strings as key=value, anything structured as JSON so Ansible keeps its type.
             cmd += ["-e", f"{key}={value}" if isinstance(value, str) else json.dumps({key: value})]

@@ -202,6 +202,9 @@ def run(settings: OperationSettings, op: dict, plan: RunPlan, collections_path: 
     env |= {"ANSIBLE_COLLECTIONS_PATH": str(collections_path), "ANSIBLE_COLLECTIONS_SCAN_SYS_PATH": "False"}
     if not settings.ssh_host_key_checking:
         env["ANSIBLE_HOST_KEY_CHECKING"] = "False"
+    # Ansible's default of 5 forks would run a task on a 9-host cluster in two rounds.
+    hosts = len(plan.inventory.get("all", {}).get("hosts", {}))
+    env["ANSIBLE_FORKS"] = str(min(max(hosts, 5), settings.run_forks_max))
     result = RunResult(status="failed", rc=None)
     stop_reason: list[str] = []
 
