@@ -260,6 +260,9 @@ def report(rounds: list[dict], summary: dict, rows: list[dict]) -> None:
         shown = f"{r['ratio']:.1f}x" if r else "-"
         print(f"{step:<16} {fmt(pb[step]):>20} {fmt(fl.get(step)):>20} {shown:>6}")
 
+    if "no-change 1+2" in pb:
+        changed = [r["playbooks"]["no-change 1+2"]["changed"] for r in rounds]
+        print(f"\nno-change 1+2: changed tasks per round {changed} (idempotence: 0 each time)")
     print("\nBlast radius of the membership changes (median round)")
     for step in pb:
         if step.split()[0] not in MEMBER_STEPS:
