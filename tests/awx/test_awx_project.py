@@ -1,22 +1,27 @@
 """What an AWX (automation controller) project made from this repository gets, checked without AWX: the
 execution environment's build context (ansible-builder, offline), the collection installed from
-collections/requirements.yml as a project update does it, and one survey per lifecycle playbook whose
-variables are the playbook's own. AWX itself (job templates, survey rendering) is not run here."""
+collections/requirements.yml as a project update does it, the project's playbook list as AWX computes it, and
+one survey per lifecycle playbook whose variables are the playbook's own. AWX itself (job templates, survey
+rendering) is not run here; tests/e2e runs a job the way AWX runs one."""
 
 import json
 import os
 import re
 import subprocess
-import sys
 from pathlib import Path
 
 import pytest
 import yaml
 
-ROOT = Path(__file__).resolve().parents[2]
-BIN = Path(sys.executable).parent
+from .project import BIN, ROOT, project_update
+
 SURVEYS = sorted((ROOT / "awx" / "surveys").glob("*.json"))
 LIFECYCLE = sorted(p.stem for p in (ROOT / "playbooks").glob("slurm_*.yml"))
+# Every playbook at the top of playbooks/ is a lifecycle action (slurm_*, oci_*): a job template's playbook.
+JOB_TEMPLATES = sorted(f"playbooks/{p.name}" for p in (ROOT / "playbooks").glob("*.yml"))
+# Files AWX lists too, although they are no job templates (docs/awx.md names them): molecule scenarios, test
+# playbooks and the YAML example inventories (their `hosts:` keys match AWX's playbook pattern).
+LISTED_BUT_NOT_JOB_TEMPLATES = ("molecule/", "tests/", "inventories/")
 SURVEY_TYPES = {"text", "textarea", "password", "integer", "float", "multiplechoice", "multiselect"}
 
 
@@ -32,17 +37,65 @@ def test_the_execution_environment_context_builds_offline(tmp_path):
 
 
 def test_a_project_update_installs_the_collection_from_the_checkout(tmp_path):
-    # AWX runs this from the project's root, into a fresh directory of its own.
+    installed = project_update(tmp_path)
     env = dict(os.environ, ANSIBLE_COLLECTIONS_PATH=str(tmp_path))
-    done = subprocess.run([str(BIN / "ansible-galaxy"), "collection", "install", "-r", "collections/requirements.yml",
-                           "-p", str(tmp_path)], cwd=ROOT, env=env, capture_output=True, text=True, timeout=300)
-    assert done.returncode == 0, done.stdout + done.stderr
-    installed = tmp_path / "ansible_collections" / "gpuaas" / "apps"
     manifest = json.loads((installed / "MANIFEST.json").read_text())["collection_info"]
     assert manifest["version"] == yaml.safe_load((ROOT / "galaxy.yml").read_text())["version"]
     for playbook in LIFECYCLE:
         assert (installed / "playbooks" / f"{playbook}.yml").is_file(), playbook
     assert (installed / "plugins" / "inventory" / "gpuaas.py").is_file()
+    # Every playbook resolves its imports (the shared plays in playbooks/.internal/) from the installed copy.
+    done = subprocess.run([str(BIN / "ansible-playbook"), "--syntax-check", "-i", "localhost,",
+                           *(f"gpuaas.apps.{Path(p).stem}" for p in JOB_TEMPLATES)],
+                          cwd=tmp_path, env=env, capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert done.stdout.count(f"{installed}/playbooks/") == len(JOB_TEMPLATES), done.stdout
+
+
+# AWX's playbook list for a project (Project.playbooks in awx/main/models/projects.py, with skip_directory and
+# could_be_playbook from awx/main/utils/ansible.py; ansible/awx devel, 2024): os.walk over the project's checkout
+# without following directory links; a directory is skipped when an element of its path is `roles`, `tasks`,
+# `group_vars` or `host_vars` or starts with `.`; a .yml/.yaml file is listed when a line matches the pattern
+# below (or the first line opens an Ansible Vault). AWX passes the absolute path, whose project root
+# (/var/lib/awx/projects/_<id>__<name>) has none of those elements: the path inside the project decides.
+AWX_PLAYBOOK_LINE = re.compile(
+    r"^\s*?-?\s*?(?:hosts|(ansible\.builtin\.)?include|(ansible\.builtin\.)?import_playbook):\s*?.*?$")
+
+
+def awx_skips_directory(directory: str) -> bool:
+    elements = directory.split("/")
+    return (bool({"roles", "tasks", "group_vars", "host_vars"} & set(elements))
+            or any(e.startswith(".") for e in elements))
+
+
+def awx_could_be_playbook(path: Path) -> bool:
+    if path.suffix not in (".yml", ".yaml") or not path.is_file():
+        return False
+    with path.open(encoding="utf-8", errors="ignore") as f:
+        return any(AWX_PLAYBOOK_LINE.match(line) or (n == 0 and line.startswith("$ANSIBLE_VAULT;"))
+                   for n, line in enumerate(f))
+
+
+def awx_playbook_list() -> list[str]:
+    # The project is a clone: the files git tracks, and new ones it does not ignore (not committed yet).
+    files = subprocess.run(["git", "ls-files", "--cached", "--others", "--exclude-standard"], cwd=ROOT,
+                           capture_output=True, text=True, check=True).stdout.splitlines()
+    return sorted((f for f in files if not awx_skips_directory(os.path.dirname(f))
+                   and awx_could_be_playbook(ROOT / f)), key=str.lower)
+
+
+def test_awx_lists_the_lifecycle_playbooks_and_not_the_plays_they_share():
+    listed = awx_playbook_list()
+    shared = sorted(str(p.relative_to(ROOT)) for p in (ROOT / "playbooks" / ".internal").glob("*.yml"))
+    assert shared, "the shared plays moved: update this test and docs/awx.md"
+    assert not set(shared) & set(listed)
+    assert [p for p in listed if p.startswith("playbooks/")] == JOB_TEMPLATES
+    assert {f"playbooks/{s}.yml" for s in LIFECYCLE} <= set(JOB_TEMPLATES)
+    others = [p for p in listed if not p.startswith("playbooks/")]
+    assert [p for p in others if not p.startswith(LISTED_BUT_NOT_JOB_TEMPLATES)] == []
+    docs = (ROOT / "docs" / "awx.md").read_text()
+    for prefix in LISTED_BUT_NOT_JOB_TEMPLATES:
+        assert f"`{prefix}`" in docs, f"docs/awx.md does not say that AWX lists {prefix}"
 
 
 def playbook_text(name: str) -> str:

@@ -10,7 +10,7 @@ from .ansible_run import ROOT
 
 DOC = (ROOT / "docs/slurm-playbooks.md").read_text()
 ROWS = set(re.findall(r"^\| `([a-z_]+)` \|", DOC, re.M))
-SOURCES = [*ROOT.glob("playbooks/slurm_*.yml"), *ROOT.glob("playbooks/internal/slurm_*.yml"),
+SOURCES = [*ROOT.glob("playbooks/slurm_*.yml"), *ROOT.glob("playbooks/.internal/slurm_*.yml"),
            *(p for role in ("slurm_controller", "slurm_worker", "slurm_preflight", "munge", "apt_repositories")
              for p in (ROOT / "roles" / role / "tasks").glob("*.yml"))]
 # Read with a default by the plays: the playbooks' own variables.
