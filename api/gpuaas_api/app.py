@@ -6,7 +6,7 @@ import json
 from contextlib import asynccontextmanager
 
 import h11
-from fastapi import FastAPI, Request
+from fastapi import FastAPI, Request, Response
 from pydantic import BaseModel
 from uvicorn.protocols.http.h11_impl import H11Protocol
 
@@ -22,6 +22,8 @@ from .content.routes import api as content_api
 from .correlation import CorrelationMiddleware
 from .iam.routes import api as iam_api
 from .instances.routes import api as instances_api
+from .observability import metrics
+from .observability.middleware import ObservabilityMiddleware
 from .operations.routes import api as operations_api
 from .policy.routes import api as policy_api
 from .registry.routes import api as registry_api
@@ -92,8 +94,10 @@ class EnvelopeH11Protocol(H11Protocol):
         self.transport.close()
 
 
-# What `gpuaas serve` passes to uvicorn.
-SERVER_OPTIONS = {"http": EnvelopeH11Protocol}
+# What `gpuaas serve` passes to uvicorn. Logging is the service's (gpuaas_api.observability.logs):
+# uvicorn's loggers go through its handler and format, and the app writes the access line itself
+# (with the route template, duration and the request's ids, which uvicorn's own line cannot carry).
+SERVER_OPTIONS = {"http": EnvelopeH11Protocol, "log_config": None, "access_log": False}
 
 
 def create_app(database: dbmod.Database | None = None, settings: Settings | None = None) -> FastAPI:
@@ -130,6 +134,7 @@ def create_app(database: dbmod.Database | None = None, settings: Settings | None
     errors.install(app)
     app.add_middleware(BodyLimitMiddleware, max_bytes=app.state.settings.max_body_bytes,
                        streamed_prefixes=(STREAMED_PREFIX,))
+    app.add_middleware(ObservabilityMiddleware, metrics_enabled=app.state.settings.metrics_enabled)
     app.add_middleware(CorrelationMiddleware)  # outermost: every answer above carries the correlation id
     for r in ROUTERS:
         app.include_router(r)
@@ -151,5 +156,16 @@ def create_app(database: dbmod.Database | None = None, settings: Settings | None
         if pending:
             raise errors.ApiError(503, "not_ready", "migrations pending", {"pending": pending})
         return {"status": "ready"}
+
+    if app.state.settings.metrics_enabled:
+        networks = metrics.parse_networks(app.state.settings.metrics_allowed_networks)
+
+        @app.get("/metrics", include_in_schema=False)
+        def prometheus_metrics(request: Request):
+            """Prometheus text format: this process's metrics and the queue's (docs/observability.md).
+            Only peers in metrics_allowed_networks (loopback by default) may read it."""
+            if not metrics.allowed(request.client.host if request.client else None, networks):
+                raise errors.forbidden("/metrics is open to the networks in metrics_allowed_networks only")
+            return Response(metrics.exposition(request.app.state.db), media_type=metrics.CONTENT_TYPE)
 
     return app

@@ -9,13 +9,12 @@ from __future__ import annotations
 
 import argparse
 import importlib
-import logging
 import os
 import pkgutil
 import sys
 from pathlib import Path
 
-from . import __version__, commands
+from . import __version__, commands, observability
 from .config import CONFIG_ENV, LOG_LEVELS, ConfigError, load
 
 
@@ -54,7 +53,8 @@ def main(argv: list[str] | None = None) -> int:
     try:
         args.settings = load()
         args.log_level = args.log_level or args.settings.log_level
-        logging.basicConfig(level=args.log_level, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+        # JSON lines for serve and worker (uvicorn's loggers included), tracing when configured.
+        observability.setup(args.settings, args.command, args.log_level)
         return int(args.func(args) or 0)
     except ConfigError as exc:
         print(f"gpuaas: {exc}", file=sys.stderr)

@@ -15,6 +15,7 @@ from __future__ import annotations
 import base64
 import binascii
 import dataclasses
+import ipaddress
 import os
 import tomllib
 from dataclasses import dataclass, field
@@ -31,6 +32,8 @@ DEFAULT_OPERATION_TIMEOUTS = {k.name: k.timeout_s for k in OPERATION_KINDS.value
 CONFIG_ENV = "GPUAAS_CONFIG"
 ENV_PREFIX = "GPUAAS_"
 LOG_LEVELS = ("DEBUG", "INFO", "WARNING", "ERROR", "CRITICAL")
+# Variables outside GPUAAS_* that settings are read from.
+OTHER_ENV = frozenset({"DATABASE_URL", "OTEL_EXPORTER_OTLP_ENDPOINT", "OTEL_TRACES_EXPORTER"})
 # Values never echoed in an error message.
 SECRET_FIELDS = frozenset({"secret_key", "database_url"})
 
@@ -90,6 +93,24 @@ class GpuaasSettings(BaseSettings):
     registry_token_service: str = Field("gpuaas-registry", min_length=1)
     registry_token_issuer: str = Field("gpuaas", min_length=1)
 
+    # -- observability (docs/observability.md) ------------------------------------------------------
+    # json or text; unset: json for serve and worker, text for the other commands.
+    log_format: Literal["json", "text"] | None = None
+    # GET /metrics on the API and the request latency histogram; off: neither.
+    metrics_enabled: bool = True
+    # Peers (CIDRs, comma-separated) that may read the API's /metrics; others get 403. Loopback only by
+    # default: a Prometheus on another host is named here, or scrapes through a local proxy.
+    metrics_allowed_networks: Annotated[tuple[str, ...], NoDecode] = ("127.0.0.0/8", "::1/128")
+    # A worker's own /metrics (its operations, heartbeats, run events): unset, none.
+    worker_metrics_port: int | None = Field(None, ge=0, le=65535)
+    worker_metrics_host: str = "127.0.0.1"
+    # Tracing: otlp, console or none; unset: otlp when otlp_endpoint is set, else off.
+    trace_exporter: Literal["otlp", "console", "none"] | None = Field(
+        None, validation_alias=_env("OTEL_TRACES_EXPORTER", "GPUAAS_TRACE_EXPORTER", "trace_exporter"))
+    # The OTLP/HTTP collector's base URL (spans go to <url>/v1/traces), e.g. http://127.0.0.1:4318.
+    otlp_endpoint: str | None = Field(None, validation_alias=_env("OTEL_EXPORTER_OTLP_ENDPOINT",
+                                                                  "GPUAAS_OTLP_ENDPOINT", "otlp_endpoint"))
+
     # -- operations and workers --------------------------------------------------------------------
     ssh_private_key_file: Path | None = None
     ssh_host_key_checking: bool = True
@@ -116,7 +137,28 @@ class GpuaasSettings(BaseSettings):
     def _upper(cls, value: Any) -> Any:
         return value.strip().upper() if isinstance(value, str) else value
 
-    @field_validator("database_url", "secret_key", mode="before")
+    @field_validator("log_format", "trace_exporter", mode="before")
+    @classmethod
+    def _lower(cls, value: Any) -> Any:
+        if isinstance(value, str):
+            return value.strip().lower() or None
+        return value
+
+    @field_validator("metrics_allowed_networks", mode="before")
+    @classmethod
+    def _networks(cls, value: Any) -> Any:
+        if isinstance(value, str):
+            value = [n.strip() for n in value.split(",") if n.strip()]
+        if isinstance(value, list | tuple | frozenset | set):
+            for network in value:
+                try:
+                    ipaddress.ip_network(str(network).strip(), strict=False)
+                except ValueError:
+                    raise ValueError(f"{network!r} is not an address or network (CIDR)") from None
+            return tuple(str(n).strip() for n in value)
+        return value
+
+    @field_validator("database_url", "secret_key", "otlp_endpoint", "worker_metrics_port", mode="before")
     @classmethod
     def _empty_is_unset(cls, value: Any) -> Any:
         return None if isinstance(value, str) and not value.strip() else value
@@ -266,7 +308,7 @@ _cache: dict[tuple, GpuaasSettings] = {}
 def load(**overrides: Any) -> GpuaasSettings:
     """The settings from the environment and the file, with `overrides` on top; ConfigError if bad."""
     env_key = tuple(sorted((k, v) for k, v in os.environ.items()
-                           if k.upper().startswith(ENV_PREFIX) or k.upper() == "DATABASE_URL"))
+                           if k.upper().startswith(ENV_PREFIX) or k.upper() in OTHER_ENV))
     path = os.environ.get(CONFIG_ENV)
     try:
         stamp = Path(path).stat().st_mtime_ns if path else None
@@ -308,6 +350,8 @@ class Settings:
     max_content_bytes: int = _from_model("max_content_bytes")
     registry_token_service: str = _from_model("registry_token_service")
     registry_token_issuer: str = _from_model("registry_token_issuer")
+    metrics_enabled: bool = _from_model("metrics_enabled")
+    metrics_allowed_networks: tuple[str, ...] = _from_model("metrics_allowed_networks")
 
     @classmethod
     def from_model(cls, model: GpuaasSettings, **overrides: Any) -> Settings:
@@ -329,6 +373,8 @@ class OperationSettings:
     max_open_operations_per_project: int = _from_model("max_open_operations_per_project")
     timeouts: dict[str, int] = _from_model("timeouts")
     pull_credential_registries: frozenset[str] = _from_model("pull_credential_registries")
+    worker_metrics_port: int | None = _from_model("worker_metrics_port")
+    worker_metrics_host: str = _from_model("worker_metrics_host")
 
     @classmethod
     def from_model(cls, model: GpuaasSettings, **overrides: Any) -> OperationSettings:

@@ -13,6 +13,7 @@ lease that expired, an operation that became the head of its instance's queue.""
 
 from __future__ import annotations
 
+import contextvars
 import logging
 import os
 import socket
@@ -34,6 +35,7 @@ from ..content.store import ContentMissing, DigestMismatch, embedded_store
 from ..db import Database
 from ..errors import ApiError
 from ..instances import service as instances
+from ..observability import logs, metrics, tracing
 from ..operations import rules, truth
 from ..operations import service as ops
 from ..registry import credentials
@@ -94,6 +96,9 @@ class Worker:
     def serve(self) -> None:
         """Run `concurrency` claim loops (and the listener that wakes them) until stop is set; returns
         after in-flight runs end."""
+        server = None
+        if self.settings.worker_metrics_port is not None:
+            server, _ = metrics.start_http_server(self.settings.worker_metrics_port, self.settings.worker_metrics_host)
         threading.Thread(target=self._listen, name=f"listener-{self.name}", daemon=True).start()
         threads = [threading.Thread(target=self._loop, args=(f"{self.name}/{i}",), name=f"worker-{i}", daemon=True)
                    for i in range(self.concurrency)]
@@ -101,6 +106,8 @@ class Worker:
             t.start()
         for t in threads:
             t.join()
+        if server is not None:
+            server.shutdown()
 
     def start(self) -> list[threading.Thread]:
         """Run in the background of this process (tests, `gpuaas demo`); stop with .stop.set()."""
@@ -111,6 +118,7 @@ class Worker:
     def _loop(self, slot: str) -> None:
         while not self.stop.is_set():
             seen = self.wakeup.count
+            metrics.heartbeat(self.name, "loop")
             try:
                 worked = self.run_once(slot)
             except psycopg.OperationalError as exc:
@@ -153,52 +161,63 @@ class Worker:
         with self.db.transaction() as conn:
             for op in ops.recover_expired(conn):
                 log.warning("operation %s: worker lease expired -> %s", op["id"], op["status"])
+        claim_started, started = time.time_ns(), time.monotonic()
         with self.db.transaction() as conn:
             op = ops.claim(conn, slot, self.settings.lease_seconds)
         if op is None:
             return False
         token = correlation.use(op["correlation_id"])
-        try:
-            self._execute(op, slot)
-        except Exception as exc:  # noqa: BLE001 - a bug must fail the operation, not kill the worker
-            log.exception("operation %s: unexpected error", op["id"])
-            self._finish(op, slot, "failed", {"code": "internal_error",
-                                              "message": f"the worker failed running it ({type(exc).__name__})"})
-        finally:
-            correlation._current.reset(token)
+        # Every line about this run carries its ids; its span continues the accepting request's trace.
+        with logs.bind(operation_id=op["id"], tenant_id=op["tenant_id"], project_id=op["project_id"],
+                       instance_id=op["instance_id"]), tracing.operation_span(op, claim_started) as span:
+            log.info("operation %s %s: claimed by %s (attempt %d of %d)", op["id"], op["kind"], slot, op["attempt"],
+                     op["max_attempts"])
+            try:
+                result = self._execute(op, slot)
+            except Exception as exc:  # noqa: BLE001 - a bug must fail the operation, not kill the worker
+                log.exception("operation %s: unexpected error", op["id"])
+                result = self._finish(op, slot, "failed", {
+                    "code": "internal_error", "message": f"the worker failed running it ({type(exc).__name__})"})
+            finally:
+                correlation._current.reset(token)
+            span.set_attribute("gpuaas.operation.result", result)
+            log.info("operation %s %s: %s after %.1f s", op["id"], op["kind"], result, time.monotonic() - started)
+        metrics.operation_finished(op["kind"], result, time.monotonic() - started)
         return True
 
     # One operation ------------------------------------------------------------------------------
 
-    def _execute(self, op: dict, slot: str) -> None:
+    def _execute(self, op: dict, slot: str) -> str:
+        """Run one claimed operation; returns what was recorded (succeeded, failed, canceled) or lost."""
         if op["attempt"] > 1:
             # An earlier attempt's worker may have died here and left its run going: two runs of one
             # operation must never act on the same hosts at once.
             killed = runner.kill_leftovers(str(op["id"]))
             if killed:
                 log.warning("operation %s: ended %d processes left by an earlier attempt", op["id"], killed)
-        instance, plan, refusal = retrying(self.db, f"operation {op['id']}: start",
-                                           lambda conn: self._prepare(conn, op, slot), self.stop)
-        if refusal is not None:
-            self._finish(op, slot, "failed", {"code": refusal.code, "message": refusal.message,
-                                              "details": refusal.details})
-            return
-        try:
-            collections_path = self._content(plan)
-        except ContentRefused as exc:
-            self._finish(op, slot, "failed", {"code": exc.code, "message": str(exc)})
-            return
+        with tracing.span("prepare"):
+            instance, plan, refusal = retrying(self.db, f"operation {op['id']}: start",
+                                               lambda conn: self._prepare(conn, op, slot), self.stop)
+            if refusal is not None:
+                return self._finish(op, slot, "failed", {"code": refusal.code, "message": refusal.message,
+                                                         "details": refusal.details})
+            try:
+                collections_path = self._content(plan)
+            except ContentRefused as exc:
+                return self._finish(op, slot, "failed", {"code": exc.code, "message": str(exc)})
         sink = _EventSink(self.db, instance, op["correlation_id"], self.stop)
         watch = _Heartbeat(self.db, op, slot, self.settings)
         watch.start()
         try:
-            result = runner.run(self.settings, op, plan, collections_path, on_event=sink.append,
-                                should_stop=watch.stop_reason)
-            sink.close()
+            with tracing.span("run", **{"gpuaas.hosts": len(plan.inventory.get("all", {}).get("hosts", {}))}) as run:
+                result = runner.run(self.settings, op, plan, collections_path, on_event=sink.append,
+                                    should_stop=watch.stop_reason)
+                run.set_attribute("gpuaas.run.status", result.status)
+                sink.close()
             if result.status == "lost":
                 log.warning("operation %s: lease lost to another worker; outcome left to it", op["id"])
-                return
-            self._finish(op, slot, *self._outcome(op, plan, result))
+                return "lost"
+            return self._finish(op, slot, *self._outcome(op, plan, result))
         finally:
             watch.done.set()  # only now: the lease covers recording the outcome too
 
@@ -254,25 +273,29 @@ class Worker:
         return "failed", {"code": "run_failed", "message": message, "details": failure}, outcome, result.tarball
 
     def _finish(self, op: dict, slot: str, status: str, error: dict | None, outcome: dict | None = None,
-                tarball: bytes = b"") -> None:
+                tarball: bytes = b"") -> str:
         """Record the outcome, waiting out a database outage. If recording it raises (a bug, an
-        instance deleted under the run), the failure is recorded on the operation alone."""
+        instance deleted under the run), the failure is recorded on the operation alone. Returns the
+        status recorded, or lost when none was."""
         what = f"operation {op['id']}: recording {status}"
-        try:
-            retrying(self.db, what, lambda conn: self._record(conn, op, slot, status, error, outcome, tarball),
-                     self.stop)
-            return
-        except psycopg.OperationalError:
-            log.warning("%s: the worker stopped first; the lease will expire and the operation run again", what)
-            return
-        except Exception as exc:  # noqa: BLE001 - the queue must move on whatever one operation does
-            log.exception("%s failed", what)
-            error = {"code": "internal_error", "message": f"recording the outcome failed ({type(exc).__name__})"}
-        try:
-            retrying(self.db, what, lambda conn: ops.finish(conn, op["id"], slot, "failed", error=error,
-                                                             result=outcome), self.stop)
-        except psycopg.OperationalError:
-            log.warning("%s: the worker stopped first; the lease will expire", what)
+        with tracing.span("record", **{"gpuaas.operation.status": status}):
+            try:
+                retrying(self.db, what, lambda conn: self._record(conn, op, slot, status, error, outcome, tarball),
+                         self.stop)
+                return status
+            except psycopg.OperationalError:
+                log.warning("%s: the worker stopped first; the lease will expire and the operation run again", what)
+                return "lost"
+            except Exception as exc:  # noqa: BLE001 - the queue must move on whatever one operation does
+                log.exception("%s failed", what)
+                error = {"code": "internal_error", "message": f"recording the outcome failed ({type(exc).__name__})"}
+            try:
+                retrying(self.db, what, lambda conn: ops.finish(conn, op["id"], slot, "failed", error=error,
+                                                                 result=outcome), self.stop)
+                return "failed"
+            except psycopg.OperationalError:
+                log.warning("%s: the worker stopped first; the lease will expire", what)
+                return "lost"
 
     def _record(self, conn: psycopg.Connection, op: dict, slot: str, status: str, error: dict | None,
                 outcome: dict | None, tarball: bytes) -> None:
@@ -364,6 +387,7 @@ class _EventSink:
         for name, payload in self.pending:
             audit.append_event(conn, self.instance, name, payload, correlation_id=self.cid)
         conn.commit()
+        metrics.events_ingested(name for name, _ in self.pending)
         self.pending.clear()
 
 
@@ -378,6 +402,9 @@ class _Heartbeat(threading.Thread):
         self.reason: str | None = None
         self.deadline = time.monotonic() + op["timeout_s"]
         self.interval = max(0.2, min(1.0, settings.lease_seconds / 3))
+        self.worker = slot.rpartition("/")[0] or slot
+        # A new thread starts with an empty context: its lines carry the run's ids only through this copy.
+        self.context = contextvars.copy_context()
 
     def stop_reason(self) -> str | None:
         if self.reason is None and time.monotonic() > self.deadline:
@@ -385,6 +412,9 @@ class _Heartbeat(threading.Thread):
         return self.reason
 
     def run(self) -> None:
+        self.context.run(self._beat)
+
+    def _beat(self) -> None:
         while not self.done.wait(self.interval):
             try:
                 with self.db.transaction() as conn:
@@ -397,6 +427,7 @@ class _Heartbeat(threading.Thread):
             except Exception:  # noqa: BLE001 - a dead heartbeat thread would give the run away
                 log.exception("heartbeat for operation %s failed", self.op["id"])
                 continue
+            metrics.heartbeat(self.worker, "lease")
             if beat is None:
                 self.reason = self.reason or "lost"
             elif beat["cancel_requested"]:

@@ -20,6 +20,7 @@ from ..config import OperationSettings
 from ..errors import conflict, not_found
 from ..iam.auth import Principal
 from ..instances import service as instances
+from ..observability import tracing
 from . import rules, truth
 from .kinds import KINDS
 
@@ -124,14 +125,17 @@ def _queue(conn, settings: OperationSettings, actor: Principal, instance: dict, 
         targets[k.creates] = [str(new["id"])]
     params["targets"] = targets
     member_ids = [UUID(m) for name in k.targets for m in targets.get(name, [])]
+    trace_id, trace_parent = tracing.current_trace()  # the worker continues the request's trace
     op = conn.execute(
         """INSERT INTO operations (instance_id, tenant_id, project_id, kind, params, member_ids, correlation_id,
-               idempotency_key, requested_by_kind, requested_by, max_attempts, timeout_s, target_member_id)
-           VALUES (%s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s)
+               idempotency_key, requested_by_kind, requested_by, max_attempts, timeout_s, target_member_id,
+               trace_id, trace_parent)
+           VALUES (%s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s)
            ON CONFLICT (instance_id, requested_by, kind, target_member_id, idempotency_key)
            WHERE idempotency_key IS NOT NULL DO NOTHING RETURNING *""",
         (instance["id"], instance["tenant_id"], instance["project_id"], kind, Jsonb(params), member_ids, cid,
-         idempotency_key, actor.kind, actor.id, settings.max_attempts, settings.timeouts[kind], member_id),
+         idempotency_key, actor.kind, actor.id, settings.max_attempts, settings.timeouts[kind], member_id,
+         trace_id, trace_parent),
     ).fetchone()
     if op is None:
         raise _KeyTaken
