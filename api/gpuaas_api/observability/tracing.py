@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import contextlib
 import logging
+import os
 from collections.abc import Iterator, Mapping
 from typing import Any
 
@@ -46,8 +47,9 @@ def install(exporter, *, service_name: str, batch: bool = True) -> None:
 
     global _provider, _tracer
     uninstall()
-    # Resource.create also reads OTEL_SERVICE_NAME and OTEL_RESOURCE_ATTRIBUTES, which win.
-    provider = TracerProvider(resource=Resource.create({"service.name": service_name}).merge(Resource.create()))
+    # Resource.create also reads OTEL_RESOURCE_ATTRIBUTES and OTEL_SERVICE_NAME; the latter wins over ours.
+    ours = {} if os.environ.get("OTEL_SERVICE_NAME") else {"service.name": service_name}
+    provider = TracerProvider(resource=Resource.create(ours))
     provider.add_span_processor(BatchSpanProcessor(exporter) if batch else SimpleSpanProcessor(exporter))
     _provider, _tracer = provider, provider.get_tracer(INSTRUMENTATION)
 
