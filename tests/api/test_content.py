@@ -169,7 +169,7 @@ def test_store_operations(tmp_path):
 # Installed collections ----------------------------------------------------------------------------
 
 def build_collection(src: Path, out: Path, *, name: str = "tiny", version: str = "1.0.0") -> Path:
-    (src / "playbooks").mkdir(parents=True)
+    (src / "playbooks").mkdir(parents=True, exist_ok=True)
     (src / "adapters").mkdir()
     (src / "galaxy.yml").write_text(f"namespace: testns\nname: {name}\nversion: {version}\nreadme: README.md\n"
                                     "authors: [tests]\n")
@@ -270,6 +270,30 @@ def test_an_altered_cache_is_discarded_and_reinstalled_once(stored, tmp_path, in
     assert sorted(os.listdir(coll / "playbooks")) == ["hello.yml"]
     assert len(installs) == 2
     assert not [p for p in os.listdir(cache) if p.startswith((".install-", ".discard-"))]
+
+
+def test_a_directory_link_inside_the_collection_is_kept_and_checked(tmp_path, installs, caplog):
+    # The collection's playbooks/.internal/group_vars -> ../group_vars: the plays it holds read the same group_vars.
+    src = tmp_path / "src"
+    (src / "playbooks" / "group_vars").mkdir(parents=True)
+    (src / "playbooks" / "group_vars" / "all.yml").write_text("ansible_pipelining: true\n")
+    (src / "playbooks" / ".internal").mkdir()
+    (src / "playbooks" / ".internal" / "group_vars").symlink_to("../group_vars")
+    store = ContentStore(tmp_path / "content")
+    digest = store.put_file(build_collection(src, tmp_path / "out"))
+    cache = tmp_path / "cache"
+    installed = cc.installed_collection(store, digest, cache)
+    link = collection_dir(installed) / "playbooks" / ".internal" / "group_vars"
+    assert link.is_symlink() and (link / "all.yml").read_text() == "ansible_pipelining: true\n"
+    assert cc.installed_collection(store, digest, cache) == installed and len(installs) == 1
+
+    # Pointed elsewhere, it is an alteration: the install is discarded and made again.
+    link.unlink()
+    link.symlink_to(tmp_path)
+    with caplog.at_level(logging.WARNING, logger=cc.__name__):
+        assert cc.installed_collection(store, digest, cache) == installed
+    assert "unexpected directory link" in caplog.text and len(installs) == 2
+    assert os.readlink(link) == "../group_vars"
 
 
 def test_a_tampered_stored_tarball_is_refused_before_anything_is_installed(stored, tmp_path, installs):
