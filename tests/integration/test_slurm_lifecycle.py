@@ -187,7 +187,10 @@ def test_member_add_touches_only_controller_and_new_host(cluster):
 
 def test_drain_waits_for_the_running_job_and_new_work_lands_elsewhere(cluster):
     before = cluster.daemon_pids()
-    job = cluster.sh("ctl", "sbatch --parsable -w w2 --output=/dev/null --wrap 'sleep 15'")
+    # The job runs until the test releases it, so the drain is seen waiting however slow the machine is.
+    release = "/tmp/gpuaas-release-drain-test"
+    job = cluster.sh("ctl", f"sbatch --parsable -w w2 --output=/dev/null --wrap "
+                            f"'while [ ! -e {release} ]; do sleep 0.2; done; rm -f {release}'")
     assert cluster.wait_node_state("w2", {"alloc", "mix"}) in {"alloc", "mix"}
 
     result = {}
@@ -203,6 +206,11 @@ def test_drain_waits_for_the_running_job_and_new_work_lands_elsewhere(cluster):
     landed = cluster.sh("ctl", "srun --immediate=30 -N1 hostname")
     assert landed != "w2"
     assert cluster.sh("ctl", f"squeue --noheader --jobs={job} --format=%T") == "RUNNING"
+    # The drain is set, so the playbook is one task away from its wait, which prints a line at once and
+    # then one every 3 s: give it time for some, even on a busy machine.
+    time.sleep(10)
+    assert drain.is_alive(), "drain returned while the job was still running"
+    cluster.sh("w2", f"touch {release}")
     drain.join(timeout=300)
 
     run = result["run"]
