@@ -1,0 +1,124 @@
+"""What the client's `gpuaas` subcommands share: their common options, the connection from the config
+file and environment, errors as one line, and running an operation to its end."""
+
+from __future__ import annotations
+
+import argparse
+import functools
+import logging
+import sys
+from collections.abc import Callable
+
+from . import config
+from .follow import EXIT_STATUS, follow
+from .http import ApiError, Client, ClientError
+from .render import dump, json_line, operation_view
+
+EXIT_ERROR = 1
+EXIT_INTERRUPTED = 130
+
+
+def output_option(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("-o", "--output", choices=("text", "json"), default="text",
+                        help="text for people (default), json for scripts")
+
+
+def project_option(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--project", metavar="ID|NAME",
+                        help="the project to look names up in (default: GPUAAS_PROJECT, the project stored by "
+                             "`gpuaas login --project`, else every project the token may read)")
+
+
+def operation_options(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--no-wait", action="store_true",
+                        help="print the operation id and return at once instead of following it to its end")
+    parser.add_argument("--idempotency-key", metavar="KEY",
+                        help="the Idempotency-Key to send (default: a new random one); the same key returns the "
+                             "same operation, so a retried command never runs it twice")
+    output_option(parser)
+    project_option(parser)
+
+
+def connect(args: argparse.Namespace) -> Client:
+    """A client from GPUAAS_API / GPUAAS_TOKEN or the config file `gpuaas login` wrote."""
+    settings = config.load()
+    args.default_project = settings.project
+    if not settings.url:
+        raise ClientError(f"no service URL: run `gpuaas login --url URL` or set {config.URL_ENV}")
+    if not settings.token:
+        raise ClientError(f"not logged in to {settings.url}: run `gpuaas login` or set {config.TOKEN_ENV}")
+    if settings.source("token") == str(config.config_path()) and config.too_open():
+        print(f"gpuaas: warning: {config.config_path()} holds a token and others may read it; chmod 600 it",
+              file=sys.stderr)
+    quiet_http_log()
+    return Client(settings.url, settings.token)
+
+
+def quiet_http_log() -> None:
+    """httpx logs every request at INFO: that is for debugging the client (--log-level DEBUG), not
+    part of its output."""
+    for name in ("httpx", "httpcore"):
+        logging.getLogger(name).setLevel(max(logging.WARNING, logging.getLogger().level))
+
+
+def project_ref(args: argparse.Namespace) -> str | None:
+    return getattr(args, "project", None) or getattr(args, "default_project", None)
+
+
+def json_output(args: argparse.Namespace) -> bool:
+    return getattr(args, "output", "text") == "json"
+
+
+def command(fn: Callable[[argparse.Namespace, Client], int | None]) -> Callable[[argparse.Namespace], int]:
+    """A client command: connects, runs, and turns errors into one line on stderr and a non-zero
+    status (the service's error envelope as JSON with --output json)."""
+
+    @functools.wraps(fn)
+    def run(args: argparse.Namespace) -> int:
+        try:
+            with connect(args) as client:
+                return int(fn(args, client) or 0)
+        except ApiError as exc:
+            if json_output(args):
+                json_line(exc.envelope(), sys.stderr)
+            else:
+                print(f"gpuaas: {exc}", file=sys.stderr)
+            return EXIT_ERROR
+        except (ClientError, config.ConfigFileError) as exc:
+            print(f"gpuaas: {exc}", file=sys.stderr)
+            return EXIT_ERROR
+        except KeyboardInterrupt:
+            return EXIT_INTERRUPTED
+
+    return run
+
+
+def run_operation(args: argparse.Namespace, client: Client, path: str, body: dict | None = None) -> int:
+    """POSTs an operation (with an Idempotency-Key); then, unless --no-wait, follows it to its end and
+    exits with its result: 0 succeeded, 1 failed, 3 canceled."""
+    op = client.operate(path, body, args.idempotency_key)
+    if args.no_wait:
+        if json_output(args):
+            dump(op)
+        else:
+            print(op["id"])
+        return 0
+    out = sys.stderr if json_output(args) else sys.stdout
+    print(f"{op['kind']} accepted: operation {op['id']} (correlation_id {op['correlation_id']})", file=out,
+          flush=True)
+    return wait(args, client, op)
+
+
+def wait(args: argparse.Namespace, client: Client, op: dict) -> int:
+    """Follows an operation: the live panel on a terminal, plain lines elsewhere; progress goes to
+    stderr with --output json, which prints the finished operation on stdout."""
+    out = sys.stderr if json_output(args) else sys.stdout
+    try:
+        progress = follow(client, op, operation_view(out))
+    except KeyboardInterrupt:
+        print(f"\nstopped following; the operation goes on: gpuaas ops follow {op['id']}", file=sys.stderr)
+        return EXIT_INTERRUPTED
+    print(progress.summary(), file=out, flush=True)
+    if json_output(args):
+        dump(progress.op)
+    return EXIT_STATUS[progress.status]

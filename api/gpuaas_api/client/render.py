@@ -1,0 +1,125 @@
+"""What the client prints: aligned tables, event lines, and the two views of a running operation: a
+live panel (rich) on a terminal, plain timestamped lines elsewhere (logs, CI, pipes)."""
+
+from __future__ import annotations
+
+import json
+import sys
+from collections.abc import Callable, Iterable
+from datetime import UTC
+from typing import IO, Any
+
+from .follow import Progress, describe, duration, timestamp
+
+STATUS_STYLE = {"succeeded": "green", "running": "cyan", "queued": "yellow", "failed": "red", "canceled": "magenta"}
+
+
+def when(value: str | None) -> str:
+    """A timestamp as UTC to the second (the service's REST and stream forms alike)."""
+    moment = timestamp(value)
+    return "-" if moment is None else moment.astimezone(UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+
+
+def table(headers: list[str], rows: Iterable[Iterable[Any]]) -> str:
+    """Columns aligned with two spaces between them; no borders, so grep and awk read it."""
+    cells = [headers] + [["-" if v is None or v == "" else str(v) for v in row] for row in rows]
+    widths = [max(len(row[i]) for row in cells) for i in range(len(headers))]
+    return "\n".join("  ".join(v.ljust(w) for v, w in zip(row, widths, strict=True)).rstrip() for row in cells)
+
+
+def event_line(event: dict) -> str:
+    return f"{when(event['occurred_at'])}  {event['id']:>6}  {describe(event)}  [{event['correlation_id']}]"
+
+
+def dump(value: Any, out: IO[str] | None = None) -> None:
+    """JSON for scripts: indented for one document."""
+    print(json.dumps(value, indent=2, default=str), file=out or sys.stdout)
+
+
+def json_line(value: Any, out: IO[str] | None = None) -> None:
+    print(json.dumps(value, separators=(",", ":"), default=str), file=out or sys.stdout, flush=True)
+
+
+class PlainView:
+    """One line per event worth a line, prefixed with the operation's elapsed time."""
+
+    def __init__(self, write: Callable[[str], None]):
+        self.write = write
+
+    def start(self, progress: Progress) -> None:
+        pass
+
+    def line(self, progress: Progress, text: str, event: dict) -> None:
+        self.write(f"  {duration(progress.elapsed()):>6}  {text}")
+
+    def tick(self, progress: Progress) -> None:
+        pass
+
+    def stop(self, progress: Progress) -> None:
+        pass
+
+
+class LiveView:
+    """A panel redrawn in place: status and elapsed time, tasks done of started with a bar, the hosts
+    running a task now, the last task, the failing task's message and the correlation id. Events
+    other than finished tasks are printed above it, so the scrollback keeps the timeline."""
+
+    def __init__(self, file: IO[str]):
+        from rich.console import Console
+
+        self.console = Console(file=file, highlight=False)
+        self.live = None
+
+    def start(self, progress: Progress) -> None:
+        from rich.live import Live
+
+        self.live = Live(self.render(progress), console=self.console, refresh_per_second=4, transient=True)
+        self.live.start()
+
+    def line(self, progress: Progress, text: str, event: dict) -> None:
+        if event["type"] != "run.task_ok":
+            self.console.print(f"  {duration(progress.elapsed()):>6}  {text}", markup=False)
+
+    def tick(self, progress: Progress) -> None:
+        if self.live is not None:
+            self.live.update(self.render(progress))
+
+    def stop(self, progress: Progress) -> None:
+        if self.live is not None:
+            self.live.stop()
+            self.live = None
+
+    def render(self, progress: Progress):
+        from rich.progress_bar import ProgressBar
+        from rich.table import Table
+        from rich.text import Text
+
+        op = progress.op
+        grid = Table.grid(padding=(0, 1))
+        grid.add_column(style="bold", no_wrap=True)
+        grid.add_column()
+        status = Text(op["status"], style=STATUS_STYLE.get(op["status"], ""))
+        grid.add_row(op["kind"], Text.assemble(f"{str(op['id'])[:8]}  ", status, f"  {duration(progress.elapsed())}"))
+        bar = Table.grid(padding=(0, 1))
+        bar.add_row(f"{progress.done}/{progress.started}",
+                    ProgressBar(total=max(progress.started, 1), completed=progress.done, width=30))
+        grid.add_row("tasks", bar)
+        running = sorted(progress.running.items())
+        hosts = "\n".join(f"{host}  {task}" for host, task in running[:8])
+        if len(running) > 8:
+            hosts += f"\n… and {len(running) - 8} more"
+        grid.add_row("hosts", Text(hosts or "-"))
+        if progress.last_task:
+            grid.add_row("last", Text(progress.last_task))
+        if progress.failure:
+            f = progress.failure
+            grid.add_row("failed", Text(f"{f['task']!r} on {f['host']}: {f['message']}", style="red"))
+        grid.add_row("correlation", Text(op["correlation_id"], style="dim"))
+        return grid
+
+
+def operation_view(out: IO[str]) -> PlainView | LiveView:
+    """The live panel where `out` is a terminal, plain lines elsewhere."""
+    if out.isatty():
+        return LiveView(out)
+    return PlainView(lambda text: print(text, file=out, flush=True))
