@@ -129,6 +129,7 @@ class Progress:
         if kind.startswith("operation.") and ours:
             if kind.removeprefix("operation.") in TERMINAL:
                 self.ended = True
+                self.running.clear()  # a stopped run's tasks did not end; none runs any more
             reason = f": {str(payload['reason']).strip()}" if payload.get("reason") else ""
             return kind.removeprefix("operation.") + reason
         return describe(event)

@@ -5,9 +5,12 @@ import os
 import sys
 from pathlib import Path
 
+from ..client.cli import command, json_output, output_option
+
 
 def register(sub: argparse._SubParsersAction) -> None:
-    p = sub.add_parser("apps", help="the app catalog, as the platform admin")
+    p = sub.add_parser("apps", help="the app catalog: list it (any token that may read it), register apps (platform "
+                                    "admin)")
     asub = p.add_subparsers(dest="apps_command", metavar="ACTION", required=True)
     reg = asub.add_parser("register", help="register the apps a collection build describes (adapters/*.yml): "
                           "upload the build by digest, create app, artifact and version")
@@ -25,6 +28,25 @@ def register(sub: argparse._SubParsersAction) -> None:
                      "only images that verify with it")
     reg.add_argument("--reason", default="registered with gpuaas apps register")
     reg.set_defaults(func=register_apps)
+    ls = asub.add_parser("list", help="the apps of the catalog with their versions (any token that may read it)")
+    output_option(ls)
+    ls.set_defaults(func=list_apps)
+
+
+@command
+def list_apps(args, client) -> int:
+    from ..client.render import dump, table
+
+    apps = [app | {"versions": [{"version": v["version"], "status": v["status"], "id": v["id"]}
+                                for v in client.pages(f"/v1/catalog/apps/{app['slug']}/versions")]}
+            for app in client.pages("/v1/catalog/apps")]
+    if json_output(args):
+        dump(apps)
+        return 0
+    print(table(["APP", "NAME", "BACKEND", "VERSIONS"],
+                [[a["slug"], a["display_name"], a["runtime_backend"],
+                  ", ".join(f"{v['version']} ({v['status']})" for v in a["versions"])] for a in apps]))
+    return 0
 
 
 def register_apps(args: argparse.Namespace) -> int:

@@ -1,0 +1,84 @@
+"""`gpuaas instances list|show`: a tenant's app instances, through the public API."""
+
+from __future__ import annotations
+
+import argparse
+
+from ..client.cli import command, json_output, output_option, project_option, project_ref
+
+
+def register(sub: argparse._SubParsersAction) -> None:
+    p = sub.add_parser("instances", help="app instances: list them, show one with its members")
+    isub = p.add_subparsers(dest="instances_command", metavar="ACTION", required=True)
+    ls = isub.add_parser("list", help="the instances of a project (default: of every project the token may read)")
+    project_option(ls)
+    ls.add_argument("--status", help="only instances in this status (created, running, failed, ...)")
+    ls.add_argument("--app", metavar="SLUG", help="only instances of this app")
+    output_option(ls)
+    ls.set_defaults(func=list_instances)
+    show = isub.add_parser("show", help="one instance: status, version, members, operations in progress")
+    show.add_argument("instance", metavar="ID|NAME")
+    project_option(show)
+    output_option(show)
+    show.set_defaults(func=show_instance)
+
+
+def roles(instance: dict) -> str:
+    return ", ".join(f"{r['name']} {r['member_count']}/{r['desired_count']}" for r in instance["topology"]["roles"])
+
+
+@command
+def list_instances(args, client) -> int:
+    from ..client import lookup
+    from ..client.render import dump, table
+
+    projects = lookup.projects(client, project_ref(args))
+    found = [(p, i) for p in projects for i in client.pages(f"/v1/projects/{p['id']}/instances",
+                                                             status=args.status, app_slug=args.app)]
+    if json_output(args):
+        dump([i for _, i in found])
+        return 0
+    headers = ["NAME", "STATUS", "APP", "VERSION", "MEMBERS"] + (["PROJECT"] if len(projects) > 1 else []) + ["ID"]
+    print(table(headers, [[i["name"], i["status"], i["app_slug"], i["app_version"], roles(i)]
+                          + ([p["name"]] if len(projects) > 1 else []) + [i["id"]] for p, i in found]))
+    return 0
+
+
+@command
+def show_instance(args, client) -> int:
+    from ..client import lookup
+    from ..client.render import dump, table, when
+
+    instance = lookup.instance(client, args.instance, project_ref(args))
+    members = lookup.members(client, instance["id"])
+    open_ops = [op for status in ("running", "queued")
+                for op in client.pages(f"/v1/instances/{instance['id']}/operations", status=status)]
+    if json_output(args):
+        dump(instance | {"members": members, "operations": open_ops})
+        return 0
+    fields = [
+        ("project", instance["project_id"]),
+        ("app", f"{instance['app_slug']} {instance['app_version']}" + (" (canary)" if instance.get("canary") else "")),
+        ("artifact", instance["artifact_reference"]),
+        ("status", instance["status"] + (f": {instance['status_reason']}" if instance.get("status_reason") else "")),
+        ("mode", f"{instance['operating_mode']}, control plane {instance['control_plane_scope']}, "
+                 f"backend {instance['runtime_backend']}"),
+        ("roles", roles(instance)),
+        ("labels", ", ".join(f"{k}={v}" for k, v in sorted(instance["labels"].items())) or "-"),
+        ("created", when(instance["created_at"])),
+        ("updated", when(instance["updated_at"])),
+    ]
+    if instance.get("workload_artifact_reference"):
+        fields.insert(3, ("workload", instance["workload_artifact_reference"]))
+    print(f"{instance['name']}  {instance['id']}")
+    for name, value in fields:
+        print(f"  {name:<9} {value}")
+    print()
+    print(table(["ROLE", "NODE", "HOST", "ADDRESS", "STATUS", "REASON", "ID"],
+                [[m["role"], m["node_name"], m["host_name"], (m.get("host") or {}).get("address"), m["status"],
+                  m["status_reason"], m["id"]] for m in members]))
+    if open_ops:
+        print()
+        print(table(["OPERATION", "KIND", "STATUS", "CREATED"],
+                    [[op["id"], op["kind"], op["status"], when(op["created_at"])] for op in open_ops]))
+    return 0
