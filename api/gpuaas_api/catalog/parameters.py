@@ -9,8 +9,9 @@ Jinja in a value is never evaluated."""
 
 from __future__ import annotations
 
+import json
 import re
-from functools import cache
+from functools import cache, lru_cache
 from typing import Any
 
 from jsonschema import Draft202012Validator, SchemaError
@@ -49,13 +50,34 @@ def name_problem(name: str, platform_vars: set[str]) -> str | None:
     return None
 
 
+@lru_cache(maxsize=256)
+def _metaschema_error(schema_json: str) -> str | None:
+    try:
+        Draft202012Validator.check_schema(json.loads(schema_json))
+    except SchemaError as exc:
+        return exc.message
+    return None
+
+
+def _schema_error(schema: dict) -> str | None:
+    """Why `schema` is not a valid JSON Schema, or None. The check against the metaschema takes
+    10-15 ms and every run's plan repeats it for the same few schemas: remembered by content."""
+    try:
+        return _metaschema_error(json.dumps(schema, sort_keys=True))
+    except TypeError:  # a value JSON cannot hold (a YAML date): checked as it is, not remembered
+        try:
+            Draft202012Validator.check_schema(schema)
+        except SchemaError as exc:
+            return exc.message
+        return None
+
+
 def schema_problems(schema: dict, platform_vars: set[str]) -> list[str]:
     """Problems of a declared parameter schema: it must be a valid JSON Schema for an object that
     names every parameter under `properties`, refuses any other name, and declares no forbidden name."""
-    try:
-        Draft202012Validator.check_schema(schema)
-    except SchemaError as exc:
-        return [f"is not a valid JSON Schema: {exc.message}"]
+    error = _schema_error(schema)
+    if error is not None:
+        return [f"is not a valid JSON Schema: {error}"]
     problems = []
     if schema.get("type") != "object":
         problems.append('must have "type": "object"')
