@@ -12,7 +12,7 @@ import tarfile
 import yaml
 from gpuaas_api.executor import plan as planner
 
-from .helpers import events, instance_secrets, make_instance, members, publish_test_app, wait_op
+from .helpers import events, instance_secrets, make_instance, members, publish_test_app, wait_for, wait_op
 
 SA = "service_account"
 
@@ -55,11 +55,18 @@ def test_deploy_then_member_operations_follow_the_runs(ops):
     assert len(inventory["all"]["children"]["test_workers"]["hosts"]) == 2
     assert (marker / "munge.key").read_text() == instance_secrets(ops, iid)["munge_key"]
 
-    # member add: a pending member now, joining in the run (listed in the workers group), active after
+    # member add: a pending member now, joining in the run (listed in the workers group), active after.
+    # A worker claims an accepted operation at once: a running reconfigure holds the queue, so the
+    # add waits behind it and its member is seen pending.
+    (marker / "slow").touch()
+    held = post(ops, f"/v1/instances/{iid}/reconfigure", json={"parameters": {}})
+    wait_for(lambda: log_lines(marker)[-1][:2] == ["start", "reconfigure"], 60, what="the reconfigure to run")
     add = post(ops, f"/v1/instances/{iid}/members",
                json={"role": "worker", "allocation_id": ops.ids["alloc_ops"]})
     new_id = add["member_ids"][0]
     assert next(m for m in members(ops, iid) if m["id"] == new_id)["status"] == "pending"
+    (marker / "slow").unlink()
+    assert wait_op(ops, held["id"])["status"] == "succeeded"
     assert wait_op(ops, add["id"])["status"] == "succeeded"
     new = next(m for m in members(ops, iid) if m["id"] == new_id)
     assert new["status"] == "active"
