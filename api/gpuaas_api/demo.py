@@ -16,7 +16,6 @@ import signal
 import subprocess
 import sys
 import tempfile
-import threading
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -36,9 +35,6 @@ TEST_HOST_PARAMETERS = {
     "slurm_controller_task_plugin": "task/none",
     "gpuaas_apt_cache_valid_time": 31536000,
 }
-TERMINAL = ("succeeded", "failed", "canceled")
-# Every task start has a matching end event; printing both doubles the timeline for no news.
-QUIET_EVENTS = {"run.task_started"}
 
 
 class ApiError(RuntimeError):
@@ -164,26 +160,22 @@ class Demo:
         return next(m for m in self.members() if m["host_name"] == host and m["status"] != "removed")
 
     def operate(self, path: str, body: dict | None = None, timeout: float = 900) -> dict:
-        """Posts an operation, prints the live timeline (Server-Sent Events) while it runs, and returns
-        the finished operation."""
+        """Posts an operation, prints its progress from the event stream while it runs (the client's
+        follower, as `gpuaas ops follow` shows it off a terminal), and returns the finished operation."""
+        from .client.follow import follow
+        from .client.http import Client, ClientError
+        from .client.render import PlainView
+
         op = self.sa.post(f"/v1/instances/{self.ids['instance']}{path}", body or {},
                           headers={"Idempotency-Key": secrets.token_hex(8)})
         self.say(f"-> {op['kind']} accepted (operation {op['id'][:8]}, correlation {op['correlation_id']})")
-        started = time.monotonic()
-        follower = _Timeline(self.sa, self.ids["instance"], self.ids.get("last_event", 0), self.say)
-        follower.start()
-        try:
-            while op["status"] not in TERMINAL:
-                if time.monotonic() - started > timeout:
-                    raise ApiError(f"{op['kind']} did not finish in {timeout:.0f}s")
-                time.sleep(1)
-                op = self.sa.get(f"/v1/operations/{op['id']}")
-            time.sleep(1)  # the last events of the run
-        finally:
-            self.ids["last_event"] = follower.stop()
-        error = f": {op['error']['message']}" if op.get("error") else ""
-        self.say(f"<- {op['kind']} {op['status']} in {time.monotonic() - started:.0f}s{error}")
-        return op
+        with Client(self.sa.base_url, self.sa.token) as client:
+            try:
+                progress = follow(client, op, PlainView(self.say), timeout=timeout)
+            except ClientError as exc:
+                raise ApiError(str(exc)) from None
+        self.say(f"<- {progress.summary()}")
+        return progress.op
 
     def slurm(self, command: str) -> str:
         """Runs a Slurm command on the controller, as a user of the cluster would."""
@@ -255,51 +247,9 @@ def run_demo(say: Callable[[str], None] = print) -> int:
         demo.close()
 
 
-class _Timeline(threading.Thread):
-    """Follows the instance's event stream and prints each event as it arrives."""
-
-    def __init__(self, api: Api, instance_id: str, after: int, say: Callable[[str], None]):
-        super().__init__(daemon=True)
-        self.api, self.instance_id, self.last, self.say = api, instance_id, after, say
-        self.response: httpx.Response | None = None
-        self.closing = threading.Event()
-
-    def run(self) -> None:
-        try:
-            with self.api.http.stream("GET", f"/v1/instances/{self.instance_id}/events/stream",
-                                      params={"after": self.last}, timeout=httpx.Timeout(30, read=None),
-                                      headers={"Authorization": f"Bearer {self.api.token}"}) as response:
-                self.response = response
-                for line in response.iter_lines():
-                    if line.startswith("data: "):
-                        event = json.loads(line[6:])
-                        self.last = max(self.last, event["id"])
-                        if event["type"] not in QUIET_EVENTS:
-                            self.say(f"    {_describe(event)}")
-        except (httpx.HTTPError, RuntimeError):
-            if not self.closing.is_set():
-                raise
-
-    def stop(self) -> int:
-        self.closing.set()
-        if self.response is not None:
-            self.response.close()
-        self.join(timeout=10)
-        return self.last
-
-
 def _require(op: dict) -> None:
     if op["status"] != "succeeded":
         raise ApiError(f"{op['kind']} ended {op['status']}: {json.dumps(op.get('error'))}")
-
-
-def _describe(event: dict) -> str:
-    payload = event.get("payload") or {}
-    parts = [event["type"]]
-    for key in ("host", "task", "status", "reason", "message"):
-        if payload.get(key):
-            parts.append(f"{key}={payload[key]}")
-    return " ".join(parts)
 
 
 def _stop_postgres(data_dir: Path) -> None:

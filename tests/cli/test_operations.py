@@ -18,6 +18,7 @@ import subprocess
 import termios
 import time
 
+from gpuaas_api.demo import Api, Demo
 from operations.helpers import make_instance, members
 
 from .conftest import GPUAAS
@@ -111,6 +112,12 @@ def test_deploy_and_member_operations_are_followed_to_their_end(ops, cli):
         succeeded(cli("members", "remove", "life", after[newest]["node_name"], token=token), "member_remove")
         assert by_id(ops, instance["id"])[newest]["status"] == "removed"
 
+        # A refusal: the service's envelope in one line, exit status 1.
+        again = cli("deploy", "life", token=token)
+        assert again.returncode == 1 and re.fullmatch(r"gpuaas: instance_already_deployed: .*it is running.* "
+                                                      r"\(HTTP 409, correlation_id [0-9a-f-]{36}\)",
+                                                      again.stderr.strip()), again.stderr
+
         listed = cli("ops", "list", "life", token=token)
         rows = [line.split() for line in listed.stdout.splitlines()]
         assert rows[0] == ["OPERATION", "KIND", "STATUS", "ATTEMPT", "CREATED", "FINISHED"]
@@ -164,9 +171,9 @@ def read_terminal(leader: int, process: subprocess.Popen, done, timeout: float, 
     return seen
 
 
-def test_a_failed_run_names_its_task_and_a_terminal_shows_the_live_panel(ops, cli):
+def test_a_failed_run_names_its_task_and_a_terminal_shows_the_live_panel(ops, cli, tmp_path):
     token = ops.w.tokens[SA]
-    make_instance(ops, "broken", workers=1, fail_step="deploy")
+    broken, broken_marker = make_instance(ops, "broken", workers=1, fail_step="deploy")
     _, slow_marker = make_instance(ops, "slow", workers=1, allocation="alloc_ops2")
     ops.start_worker(concurrency=2)
 
@@ -195,6 +202,16 @@ def test_a_failed_run_names_its_task_and_a_terminal_shows_the_live_panel(ops, cl
         assert fields["status"] == "failed" and fields["correlation"] == correlation_id
         assert fields["error"].startswith("run_failed: task 'Fail on purpose' failed on localhost: planned failure")
         assert re.fullmatch(r"\d+/\d+ on localhost, 1 failed", fields["tasks"]), fields
+
+        # The cause fixed, `gpuaas demo`'s step deploys it again and prints the run's progress the same way.
+        (broken_marker / "fixed").touch()
+        said: list[str] = []
+        demo = Demo(say=said.append, state_dir=tmp_path / "demo")
+        demo.sa, demo.ids["instance"] = Api(cli.url, token), broken["id"]
+        assert demo.operate("/deploy", timeout=300)["status"] == "succeeded"
+        assert re.fullmatch(r"-> deploy accepted \(operation [0-9a-f]{8}, correlation [0-9a-f-]{36}\)", said[0])
+        assert any(re.fullmatch(rf" +{TIME}  \[\d+/\d+\] ok localhost: Record the end", line) for line in said), said
+        assert re.fullmatch(rf"<- deploy succeeded in {TIME}: (\d+)/\1 tasks on 1 host", said[-1]), said
 
         # ... and the slow one, canceled, ends the command with exit status 3.
         canceled = cli("ops", "cancel", slow_op, token=token)

@@ -16,7 +16,7 @@ from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import Protocol
 
-from .http import Client
+from .http import Client, ClientError
 
 TERMINAL = ("succeeded", "failed", "canceled")
 # The command's exit status for each result (documented in docs/cli.md).
@@ -172,9 +172,11 @@ def history(client: Client, op: dict) -> Progress:
     return progress
 
 
-def follow(client: Client, op: dict, view: View, *, poll_seconds: float = 2.0) -> Progress:
+def follow(client: Client, op: dict, view: View, *, poll_seconds: float = 2.0,
+           timeout: float | None = None) -> Progress:
     """Shows the operation's events through `view` as they arrive, from its first event on, until it
-    ends; returns its progress with the finished operation. KeyboardInterrupt leaves it running."""
+    ends; returns its progress with the finished operation. KeyboardInterrupt, or `timeout` seconds
+    (a ClientError), leave it running."""
     progress = Progress(op)
     progress.update(op)
     first = client.get(f"/v1/instances/{op['instance_id']}/events", correlation_id=op["correlation_id"],
@@ -193,8 +195,11 @@ def follow(client: Client, op: dict, view: View, *, poll_seconds: float = 2.0) -
     reader.start()
     view.start(progress)
     next_poll, ended_at = time.monotonic() + poll_seconds, None
+    deadline = None if timeout is None else time.monotonic() + timeout
     try:
         while True:
+            if deadline is not None and time.monotonic() > deadline:
+                raise ClientError(f"{op['kind']} {op['id']} did not finish in {timeout:.0f}s; it goes on")
             try:
                 item = inbox.get(timeout=0.25)
             except queue.Empty:
