@@ -23,8 +23,7 @@ def _installed(lines):
     for line in lines or []:
         fields = line.split()
         if len(fields) == 4 and fields[1] == "ii":
-            source, _, package, version = fields
-            found[package] = (source, version)
+            found[fields[2]] = (fields[0], fields[3])
     return found
 
 
@@ -39,7 +38,7 @@ def deb_request(packages, installed, source, version="", family_match=""):
     if not version:
         return list(packages)
     family = [p for p in packages if re.match(family_match, p)]
-    family += sorted(p for p, (src, _) in _installed(installed).items() if src == source and p not in family)
+    family += sorted(p for p, (src, _version) in _installed(installed).items() if src == source and p not in family)
     return ["%s=%s" % (p, version) for p in family] + [p for p in packages if p not in family]
 
 
@@ -49,7 +48,7 @@ def deb_unsatisfied(request, installed):
     have = _installed(installed)
     missing = []
     for entry in request:
-        name, _, version = entry.partition("=")
+        name, _sep, version = entry.partition("=")
         if name not in have or (version and have[name][1] != version):
             missing.append(entry)
     return missing

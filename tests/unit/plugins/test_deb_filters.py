@@ -33,8 +33,8 @@ def test_a_pin_moves_every_package_of_the_family_the_host_has():
 
 
 def test_an_empty_family_match_makes_every_requested_package_family():
-    assert deb_request(["munge", "libmunge2"], INSTALLED, "munge", "0.5.15-2") == ["munge=0.5.15-2",
-                                                                                  "libmunge2=0.5.15-2"]
+    request = deb_request(["munge", "libmunge2"], INSTALLED, "munge", "0.5.15-2")
+    assert request == ["munge=0.5.15-2", "libmunge2=0.5.15-2"]
 
 
 def test_packages_must_be_a_list():
