@@ -10,7 +10,7 @@ from fastapi import FastAPI, Request, Response
 from pydantic import BaseModel
 from uvicorn.protocols.http.h11_impl import H11Protocol
 
-from . import __version__, correlation, errors
+from . import __version__, correlation, docs, errors
 from . import db as dbmod
 from .admin_routes import api as admin_api
 from .allocations.routes import api as allocations_api
@@ -127,6 +127,7 @@ def create_app(database: dbmod.Database | None = None, settings: Settings | None
                     "project-owned clustered app instances. Every error uses one envelope; every "
                     "response carries X-Correlation-ID.",
         lifespan=lifespan,
+        docs_url=None, redoc_url=None,  # served below from local assets: no CDN on an air-gapped host
     )
     if database is not None:
         app.state.db = database
@@ -139,12 +140,14 @@ def create_app(database: dbmod.Database | None = None, settings: Settings | None
     for r in ROUTERS:
         app.include_router(r)
 
-    @app.get("/healthz", response_model=Health, tags=["health"])
+    docs.install(app)
+
+    @app.get("/healthz", operation_id="health_live", response_model=Health, tags=["health"])
     def healthz():
         """Liveness: the process answers."""
         return {"status": "ok"}
 
-    @app.get("/readyz", response_model=Health, tags=["health"],
+    @app.get("/readyz", operation_id="health_ready", response_model=Health, tags=["health"],
              responses={503: {"model": errors.ErrorEnvelope, "description": "Not ready"}})
     def readyz(request: Request):
         """Readiness: the database answers and every migration is applied."""

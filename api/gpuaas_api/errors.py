@@ -4,7 +4,7 @@ including validation errors, unknown routes and wrong methods."""
 from __future__ import annotations
 
 import logging
-from typing import Any
+from typing import Any, Literal, get_args
 from uuid import UUID
 
 import psycopg.errors
@@ -19,8 +19,69 @@ from . import correlation
 log = logging.getLogger(__name__)
 
 
+# Every code the service answers with, and its HTTP status. tests/openapi checks that every code the
+# source raises is here, so a client generator gets the complete enumeration.
+ERROR_CODES: dict[str, int] = {
+    # any route
+    "bad_request": 400, "invalid_cursor": 400,
+    "unauthenticated": 401,
+    "forbidden": 403,
+    "not_found": 404,
+    "method_not_allowed": 405,
+    "conflict": 409,
+    "payload_too_large": 413,
+    "unsupported_media_type": 415,
+    "validation_error": 422,
+    "quota_exceeded": 429,
+    "database_unavailable": 503, "not_ready": 503,
+    "http_error": 500,
+    # database constraints that slip past validation
+    "already_exists": 409, "invalid_reference": 422, "constraint_violation": 422, "invalid_value": 422,
+    # IAM
+    "already_bootstrapped": 409, "last_platform_admin": 409, "invalid_principal": 422, "invalid_scope": 422,
+    "unknown_role": 422, "token_lifetime_exceeded": 422,
+    # catalog and content
+    "artifact_in_use": 409, "no_active_version": 409, "artifact_content_missing": 422,
+    "artifact_digest_mismatch": 422, "artifact_mismatch": 422, "artifact_retired": 422, "invalid_digest": 422,
+    "reference_not_pinned": 422, "illegal_transition": 422, "unknown_state": 422, "workload_artifact_kind": 422,
+    "workload_artifact_required": 422, "workload_not_declared": 422, "invalid_parameters": 422,
+    "artifact_not_canary": 409,
+    # policy and allocations
+    "overlay_widens_policy": 409, "missing_scope": 422, "allocation_in_use": 409, "host_registered_elsewhere": 409,
+    # instances
+    "not_entitled": 403, "policy_denied": 403, "version_not_usable": 409, "artifact_not_active": 409,
+    "compatibility_refused": 422, "host_in_use": 409, "host_taken": 409, "no_free_host": 409, "role_at_max": 409,
+    "instance_not_operable": 409, "instance_not_deletable": 409, "operation_open": 409, "member_still_live": 409,
+    "allocation.unknown": 422, "placement.host": 422, "duplicate_node_name": 422,
+    # operations
+    "instance_already_deployed": 409, "instance_decommissioning": 409, "action_not_supported": 409,
+    "member_already_removed": 409, "member_busy": 409, "member_state_conflict": 409, "already_at_version": 409,
+    "no_previous_version": 409, "idempotency_key_reused": 409, "operation_finished": 409,
+    "operation_in_progress": 409, "no_playbook": 422, "no_status_module": 422,
+}
+
+ErrorCode = Literal[
+    "bad_request", "invalid_cursor", "unauthenticated", "forbidden", "not_found", "method_not_allowed", "conflict",
+    "payload_too_large", "unsupported_media_type", "validation_error", "quota_exceeded", "database_unavailable",
+    "not_ready", "http_error", "already_exists", "invalid_reference", "constraint_violation", "invalid_value",
+    "already_bootstrapped", "last_platform_admin", "invalid_principal", "invalid_scope", "unknown_role",
+    "token_lifetime_exceeded", "artifact_in_use", "no_active_version", "artifact_content_missing",
+    "artifact_digest_mismatch", "artifact_mismatch", "artifact_retired", "invalid_digest", "reference_not_pinned",
+    "illegal_transition", "unknown_state", "workload_artifact_kind", "workload_artifact_required",
+    "workload_not_declared", "invalid_parameters", "artifact_not_canary", "overlay_widens_policy", "missing_scope",
+    "allocation_in_use", "host_registered_elsewhere", "not_entitled", "policy_denied", "version_not_usable",
+    "artifact_not_active", "compatibility_refused", "host_in_use", "host_taken", "no_free_host", "role_at_max",
+    "instance_not_operable", "instance_not_deletable", "operation_open", "member_still_live", "allocation.unknown",
+    "placement.host", "duplicate_node_name", "instance_already_deployed", "instance_decommissioning",
+    "action_not_supported", "member_already_removed", "member_busy", "member_state_conflict", "already_at_version",
+    "no_previous_version", "idempotency_key_reused", "operation_finished", "operation_in_progress", "no_playbook",
+    "no_status_module",
+]
+assert set(get_args(ErrorCode)) == set(ERROR_CODES), "ErrorCode and ERROR_CODES list the same codes"
+
+
 class ErrorBody(BaseModel):
-    code: str = Field(description="stable machine-readable error code")
+    code: ErrorCode = Field(description="stable machine-readable error code (one of a fixed set)")
     message: str
     details: dict[str, Any] = Field(default_factory=dict)
     correlation_id: str
@@ -149,14 +210,29 @@ def install(app: FastAPI) -> None:
         app.add_exception_handler(exc_type, handler)
 
 
-ERROR_RESPONSES: dict[int | str, dict[str, Any]] = {
-    status: {"model": ErrorEnvelope, "description": description}
-    for status, description in [
-        (400, "Bad request"),
-        (401, "Unauthenticated"),
-        (403, "Forbidden (permission or policy)"),
-        (404, "Not found"),
-        (409, "Conflict with the current state"),
-        (422, "Validation or compatibility error"),
-    ]
-}
+_STATUS_TEXT = {400: "Bad request", 401: "Unauthenticated", 403: "Forbidden (permission or policy)",
+                404: "Not found", 409: "Conflict with the current state", 413: "Request body too large",
+                422: "Validation or compatibility error", 429: "Quota exceeded", 503: "Database unavailable"}
+
+# What every route can answer, whatever it does.
+COMMON_CODES = ("bad_request", "invalid_cursor", "unauthenticated", "forbidden", "not_found", "payload_too_large",
+                "already_exists", "validation_error", "database_unavailable")
+
+
+def responses(*codes: str) -> dict[int | str, dict[str, Any]]:
+    """OpenAPI responses for the error codes a route answers, next to COMMON_CODES: one entry per status
+    with the envelope schema, the codes in its description, and one example per code."""
+    by_status: dict[int, list[str]] = {}
+    for code in (*COMMON_CODES, *codes):
+        status = ERROR_CODES[code]  # KeyError: a code missing from the enumeration
+        if code not in by_status.setdefault(status, []):
+            by_status[status].append(code)
+    return {status: {"model": ErrorEnvelope,
+                     "description": f"{_STATUS_TEXT.get(status, 'Error')}: " + ", ".join(f"`{c}`" for c in found),
+                     "content": {"application/json": {"examples": {c: {"value": {"error": {
+                         "code": c, "message": c.replace("_", " "), "details": {},
+                         "correlation_id": "3f0c9d2e-6b1a-4c7e-8d5f-0a1b2c3d4e5f"}}} for c in found}}}}
+            for status, found in sorted(by_status.items())}
+
+
+ERROR_RESPONSES = responses()

@@ -4,18 +4,29 @@ from uuid import UUID
 
 from psycopg.types.json import Jsonb
 
+from .. import docs, errors
 from ..audit import service as audit
 from ..common import Page, decode_cursor, page_of
 from ..deps import DB, Caller, CursorParam, LimitParam, router
 from ..errors import conflict
 from ..iam.service import get_project
+from ..location import LocatedRoute
 from . import service
 from .schemas import Allocation, AllocationCreate
 
 api = router("allocations")
+api.route_class = LocatedRoute  # Location on 201/202 (gpuaas_api.location)
 
 
-@api.post("/v1/allocations", response_model=Allocation, status_code=201)
+@api.post("/v1/allocations", operation_id="allocations_create",
+          openapi_extra=docs.example({'project_id': '7b1f4c2e-0d3a-4e5b-9c6d-1a2b3c4d5e6f',
+                                      'name': 'rack-a',
+                                      'capacity_shape': 'baremetal',
+                                      'gpu_count': 16,
+                                      'region': 'eu-west-1',
+                                      'hosts': [{'name': 'gpu-a1', 'address': '10.0.0.11'},
+                                                {'name': 'gpu-a2', 'address': '10.0.0.12'}]}),
+          responses=errors.responses("host_registered_elsewhere"), response_model=Allocation, status_code=201)
 def register_allocation(body: AllocationCreate, caller: Caller, db: DB):
     """Register capacity a project holds (platform admins, until allocations come from the cloud API).
     A host address (with its SSH port) that another tenant holds is refused (409)."""
@@ -40,9 +51,10 @@ def register_allocation(body: AllocationCreate, caller: Caller, db: DB):
     return row
 
 
-@api.get("/v1/projects/{project_id}/allocations", response_model=Page[Allocation])
+@api.get("/v1/projects/{project_id}/allocations", operation_id="allocations_list", response_model=Page[Allocation])
 def list_allocations(project_id: UUID, caller: Caller, db: DB, include_released: bool = False,
                      cursor: CursorParam = None, limit: LimitParam = 50):
+    """The project's allocations (host sets it may deploy to), newest first."""
     with db.transaction() as conn:
         project = get_project(conn, project_id)
         caller.require("allocations.read", tenant_id=project["tenant_id"], project_id=project_id)
@@ -55,15 +67,17 @@ def list_allocations(project_id: UUID, caller: Caller, db: DB, include_released:
     return {"items": items, "next_cursor": nxt}
 
 
-@api.get("/v1/allocations/{allocation_id}", response_model=Allocation)
+@api.get("/v1/allocations/{allocation_id}", operation_id="allocations_get", response_model=Allocation)
 def get_allocation(allocation_id: UUID, caller: Caller, db: DB):
+    """One allocation."""
     with db.transaction() as conn:
         row = service.get_allocation(conn, allocation_id)
     caller.require("allocations.read", tenant_id=row["tenant_id"], project_id=row["project_id"])
     return row
 
 
-@api.delete("/v1/allocations/{allocation_id}", response_model=Allocation)
+@api.delete("/v1/allocations/{allocation_id}", operation_id="allocations_release",
+            responses=errors.responses("allocation_in_use"), response_model=Allocation)
 def release_allocation(allocation_id: UUID, caller: Caller, db: DB):
     """Mark an allocation released; refused while any live instance member is bound to it."""
     with db.transaction() as conn:

@@ -36,7 +36,7 @@ class AuditEntry(BaseModel):
     runtime_backend: str | None
 
 
-@api.get("/v1/audit", response_model=Page[AuditEntry])
+@api.get("/v1/audit", operation_id="audit_list", response_model=Page[AuditEntry])
 def list_audit(caller: Caller, db: DB, tenant_id: UUID | None = None, project_id: UUID | None = None,
                action: Token | None = None, correlation_id: Token | None = None,
                app_instance_id: UUID | None = None, actor_id: UUID | None = None, break_glass: bool | None = None,

@@ -5,11 +5,13 @@ from uuid import UUID
 
 from fastapi import Path, Query, Request
 
+from .. import docs, errors
 from ..common import Page, Slug, decode_cursor, keyset_page, page_of
 from ..content.routes import content_store
 from ..content.store import InvalidDigest
 from ..deps import DB, Caller, CursorParam, LimitParam, router
 from ..errors import unprocessable
+from ..location import LocatedRoute
 from . import service
 from .schemas import (
     App,
@@ -25,33 +27,48 @@ from .schemas import (
 )
 
 api = router("catalog")
+api.route_class = LocatedRoute  # Location on 201/202 (gpuaas_api.location)
 SlugPath = Annotated[Slug, Path()]
 VersionPath = Annotated[VersionString, Path()]
 
 
-@api.post("/v1/catalog/apps", response_model=App, status_code=201)
+@api.post("/v1/catalog/apps", operation_id="catalog_apps_create", response_model=App, status_code=201,
+          openapi_extra=docs.example({'slug': 'hpc-cluster',
+                                      'display_name': 'HPC cluster',
+                                      'description': 'A batch scheduler with compute nodes',
+                                      'runtime_backend': 'bare_metal'}))
 def create_app(body: AppCreate, caller: Caller, db: DB):
+    """Register an app in the catalog (catalog administrators)."""
     caller.require("apps.catalog.write")
     with db.transaction() as conn:
         return service.create_app(conn, caller, body)
 
 
-@api.get("/v1/catalog/apps", response_model=Page[App])
+@api.get("/v1/catalog/apps", operation_id="catalog_apps_list", response_model=Page[App])
 def list_apps(caller: Caller, db: DB, cursor: CursorParam = None, limit: LimitParam = 50):
+    """The catalog's apps, newest first."""
     caller.require_anywhere("apps.catalog.read")
     with db.transaction() as conn:
         return keyset_page(conn, "app_manifests", cursor, limit)
 
 
-@api.get("/v1/catalog/apps/{slug}", response_model=App)
+@api.get("/v1/catalog/apps/{slug}", operation_id="catalog_apps_get", response_model=App)
 def get_app(slug: SlugPath, caller: Caller, db: DB):
+    """One catalog app by slug."""
     caller.require_anywhere("apps.catalog.read")
     with db.transaction() as conn:
         return service.get_app(conn, slug)
 
 
-@api.post("/v1/catalog/apps/{slug}/artifacts", response_model=Artifact, status_code=201)
+@api.post("/v1/catalog/apps/{slug}/artifacts", operation_id="catalog_artifacts_create",
+          openapi_extra=docs.example({'kind': 'collection',
+                                      'reference': 'sha256:5f70bf18a086007016e948b04aed3b82'
+                                                   '103a36bea41755b6cddfaf10ace3c6ef'}),
+          responses=errors.responses("invalid_digest", "artifact_content_missing", "reference_not_pinned",
+                                     "invalid_reference"),
+          response_model=Artifact, status_code=201)
 def create_artifact(slug: SlugPath, body: ArtifactCreate, caller: Caller, db: DB, request: Request):
+    """Register a signed artifact (a collection build) of an app; it starts in the pending state until verified."""
     caller.require("apps.catalog.write")
     if body.kind == "collection":
         # A collection artifact is runnable content: its build must be in the content store first.
@@ -69,10 +86,11 @@ def create_artifact(slug: SlugPath, body: ArtifactCreate, caller: Caller, db: DB
         return service.create_artifact(conn, caller, slug, body.kind, body.reference, body.signer_public_key)
 
 
-@api.get("/v1/catalog/apps/{slug}/artifacts", response_model=Page[Artifact])
+@api.get("/v1/catalog/apps/{slug}/artifacts", operation_id="catalog_artifacts_list", response_model=Page[Artifact])
 def list_artifacts(slug: SlugPath, caller: Caller, db: DB,
                    status: Annotated[ArtifactStatus | None, Query()] = None,
                    cursor: CursorParam = None, limit: LimitParam = 50):
+    """The app's artifacts, newest first, optionally by state."""
     caller.require_anywhere("apps.catalog.read")
     with db.transaction() as conn:
         service.get_app(conn, slug)
@@ -85,14 +103,18 @@ def list_artifacts(slug: SlugPath, caller: Caller, db: DB,
     return {"items": items, "next_cursor": nxt}
 
 
-@api.get("/v1/catalog/artifacts/{artifact_id}", response_model=Artifact)
+@api.get("/v1/catalog/artifacts/{artifact_id}", operation_id="catalog_artifacts_get", response_model=Artifact)
 def get_artifact(artifact_id: UUID, caller: Caller, db: DB):
+    """One artifact."""
     caller.require_anywhere("apps.catalog.read")
     with db.transaction() as conn:
         return service.get_artifact(conn, artifact_id)
 
 
-@api.post("/v1/catalog/artifacts/{artifact_id}/transitions", response_model=Artifact)
+@api.post("/v1/catalog/artifacts/{artifact_id}/transitions", operation_id="catalog_artifacts_transition",
+          openapi_extra=docs.example({'to': 'active', 'reason': 'signature verified, smoke test passed'}),
+          responses=errors.responses("illegal_transition", "unknown_state", "artifact_in_use"),
+          response_model=Artifact)
 def transition_artifact(artifact_id: UUID, body: ArtifactTransition, caller: Caller, db: DB):
     """Move an artifact through draft → staged → canary → active → deprecated → retired (canary → staged
     rolls back). Audited with actor, before, after and reason."""
@@ -101,15 +123,28 @@ def transition_artifact(artifact_id: UUID, body: ArtifactTransition, caller: Cal
         return service.transition_artifact(conn, caller, artifact_id, body.to, body.reason)
 
 
-@api.post("/v1/catalog/apps/{slug}/versions", response_model=Version, status_code=201)
+@api.post("/v1/catalog/apps/{slug}/versions", operation_id="catalog_versions_create",
+          openapi_extra=docs.example({'version': '1.2.0',
+                                      'artifact_id': '4d3c2b1a-0f9e-4d8c-b7a6-5f4e3d2c1b0a',
+                                      'adapter': {'roles': [{'name': 'controller', 'min': 1, 'max': 1},
+                                                            {'name': 'compute', 'min': 1, 'max': 64}],
+                                                  'actions': {'deploy': 'example.hpc.deploy',
+                                                              'member_add': 'example.hpc.member_add',
+                                                              'decommission': 'example.hpc.decommission'},
+                                                  'targets': {'members': 'hpc_members'}}}),
+          responses=errors.responses("artifact_mismatch", "artifact_retired", "workload_artifact_kind",
+                                     "workload_artifact_required", "workload_not_declared", "invalid_parameters"),
+          response_model=Version, status_code=201)
 def create_version(slug: SlugPath, body: VersionCreate, caller: Caller, db: DB):
+    """Publish a version of an app: its adapter spec, the artifact it runs, and its parameters schema."""
     caller.require("apps.catalog.write")
     with db.transaction() as conn:
         return service.create_version(conn, caller, slug, body)
 
 
-@api.get("/v1/catalog/apps/{slug}/versions", response_model=Page[Version])
+@api.get("/v1/catalog/apps/{slug}/versions", operation_id="catalog_versions_list", response_model=Page[Version])
 def list_versions(slug: SlugPath, caller: Caller, db: DB, cursor: CursorParam = None, limit: LimitParam = 50):
+    """The app's versions, newest first."""
     caller.require_anywhere("apps.catalog.read")
     with db.transaction() as conn:
         service.get_app(conn, slug)
@@ -119,14 +154,19 @@ def list_versions(slug: SlugPath, caller: Caller, db: DB, cursor: CursorParam = 
     return {"items": items, "next_cursor": nxt}
 
 
-@api.get("/v1/catalog/apps/{slug}/versions/{version}", response_model=Version)
+@api.get("/v1/catalog/apps/{slug}/versions/{version}", operation_id="catalog_versions_get", response_model=Version)
 def get_version(slug: SlugPath, version: VersionPath, caller: Caller, db: DB):
+    """One version of an app."""
     caller.require_anywhere("apps.catalog.read")
     with db.transaction() as conn:
         return service.get_version(conn, slug, version)
 
 
-@api.post("/v1/catalog/apps/{slug}/versions/{version}/transitions", response_model=Version)
+@api.post("/v1/catalog/apps/{slug}/versions/{version}/transitions", operation_id="catalog_versions_transition",
+          openapi_extra=docs.example({'to': 'active', 'reason': 'canary ran a week without incident'}),
+          responses=errors.responses("illegal_transition", "unknown_state", "no_active_version",
+                                     "artifact_not_active", "artifact_not_canary"),
+          response_model=Version)
 def transition_version(slug: SlugPath, version: VersionPath, body: VersionTransition, caller: Caller, db: DB):
     """Publish (draft → active, only while the artifact is active) or deprecate a version. Audited."""
     caller.require("apps.catalog.write")

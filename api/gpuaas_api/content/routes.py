@@ -16,9 +16,11 @@ from .. import errors
 from ..audit import service as audit
 from ..config import OperationSettings
 from ..deps import DB, AppSettings, Caller, router
+from ..location import LocatedRoute
 from .store import DIGEST_PATTERN, ContentMissing, ContentStore, ContentTooLarge, DigestMismatch, embedded_store
 
 api = router("content")
+api.route_class = LocatedRoute  # Location on 201/202 (gpuaas_api.location)
 # BodyLimitMiddleware leaves requests under this prefix to these routes, which stream the body.
 STREAMED_PREFIX = "/v1/content/"
 DigestPath = Annotated[str, Path(pattern=DIGEST_PATTERN, description="sha256:<64 lowercase hex>")]
@@ -46,9 +48,10 @@ def _too_large(max_bytes: int) -> Response:
                            {"max_bytes": max_bytes}, {"Connection": "close"})
 
 
-@api.put("/v1/content/{digest}", response_model=StoredContent, status_code=201,
-         responses={200: {"model": StoredContent, "description": "Already stored"},
-                    413: {"model": errors.ErrorEnvelope, "description": "Content too large"}},
+@api.put("/v1/content/{digest}", operation_id="content_put",
+         response_model=StoredContent, status_code=201,
+         responses={**errors.responses("artifact_digest_mismatch", "invalid_digest"),
+                    200: {"model": StoredContent, "description": "Already stored"}},
          openapi_extra={"requestBody": {"required": True, "content": _BYTES}})
 async def put_content(digest: DigestPath, request: Request, response: Response, caller: Caller, db: DB,
                       settings: AppSettings):
@@ -90,7 +93,8 @@ def _stored(request: Request, caller, digest: str):
         raise errors.not_found("content", digest) from None
 
 
-@api.head("/v1/content/{digest}", responses={200: {"description": "Stored (Content-Length: its size)"}})
+@api.head("/v1/content/{digest}", operation_id="content_head",
+          responses={200: {"description": "Stored (Content-Length: its size)"}})
 def head_content(digest: DigestPath, request: Request, caller: Caller):
     """Whether the store holds this digest."""
     path = _stored(request, caller, digest)
@@ -98,7 +102,7 @@ def head_content(digest: DigestPath, request: Request, caller: Caller):
                     headers={"Content-Length": str(path.stat().st_size), "ETag": f'"{digest}"'})
 
 
-@api.get("/v1/content/{digest}", response_class=FileResponse,
+@api.get("/v1/content/{digest}", operation_id="content_get", response_class=FileResponse,
          responses={200: {"content": _BYTES, "description": "The stored bytes"}})
 def get_content(digest: DigestPath, request: Request, caller: Caller):
     """The stored bytes. They hashed to the digest when stored; whoever runs them verifies them again."""

@@ -2,10 +2,12 @@ from __future__ import annotations
 
 from uuid import UUID
 
+from .. import docs, errors
 from ..audit import service as audit
 from ..common import Page, decode_cursor, keyset_page, page_of
 from ..deps import DB, AppSettings, Caller, CursorParam, LimitParam, router
 from ..errors import not_found
+from ..location import LocatedRoute
 from . import service
 from .permissions import ROLES
 from .schemas import (
@@ -29,12 +31,14 @@ from .schemas import (
 )
 
 api = router("iam")
+api.route_class = LocatedRoute  # Location on 201/202 (gpuaas_api.location)
 
 
 # --- caller -------------------------------------------------------------------------------------
 
-@api.get("/v1/me", response_model=Me)
+@api.get("/v1/me", operation_id="me_get", response_model=Me)
 def whoami(caller: Caller):
+    """The caller: kind, id, name, tenant and project, and the permissions each of its role bindings grants."""
     grants = [ScopedPermissions(role=b.role, scope_kind=b.scope_kind, tenant_id=b.tenant_id,
                                 project_id=b.project_id, permissions=sorted(ROLES[b.role].permissions))
               for b in caller.bindings if b.role in ROLES]
@@ -42,8 +46,9 @@ def whoami(caller: Caller):
               project_id=caller.project_id, grants=grants)
 
 
-@api.get("/v1/me/tokens", response_model=Page[TokenInfo])
+@api.get("/v1/me/tokens", operation_id="me_tokens_list", response_model=Page[TokenInfo])
 def list_my_tokens(caller: Caller, db: DB, cursor: CursorParam = None, limit: LimitParam = 50):
+    """The caller's own API tokens (never their secrets), newest first."""
     with db.transaction() as conn:
         rows = conn.execute(
             """SELECT * FROM api_tokens WHERE principal_kind = %s AND principal_id = %s AND seq > %s
@@ -54,7 +59,9 @@ def list_my_tokens(caller: Caller, db: DB, cursor: CursorParam = None, limit: Li
     return {"items": items, "next_cursor": nxt}
 
 
-@api.post("/v1/me/tokens", response_model=TokenIssued, status_code=201)
+@api.post("/v1/me/tokens", operation_id="me_tokens_create",
+          openapi_extra=docs.example({'name': 'ci-pipeline', 'expires_in_days': 30}),
+          responses=errors.responses("token_lifetime_exceeded"), response_model=TokenIssued, status_code=201)
 def create_my_token(body: TokenCreate, caller: Caller, db: DB, settings: AppSettings):
     """A new token for the caller; it never outlives the token that asks for it."""
     with db.transaction() as conn:
@@ -66,22 +73,26 @@ def create_my_token(body: TokenCreate, caller: Caller, db: DB, settings: AppSett
     return {**row, "token": token}
 
 
-@api.delete("/v1/me/tokens/{token_id}", response_model=TokenInfo)
+@api.delete("/v1/me/tokens/{token_id}", operation_id="me_tokens_revoke", response_model=TokenInfo)
 def revoke_my_token(token_id: UUID, caller: Caller, db: DB):
+    """Revoke one of the caller's own tokens; it stops working at once."""
     with db.transaction() as conn:
         return service.revoke_token(conn, caller, token_id, own=True)
 
 
-@api.get("/v1/iam/roles", response_model=list[RoleInfo])
+@api.get("/v1/iam/roles", operation_id="roles_list", response_model=list[RoleInfo])
 def list_roles(caller: Caller):
+    """The built-in roles and the permissions each grants."""
     return [RoleInfo(name=r.name, scope_kind=r.scope_kind, principal_kind=r.principal_kind,
                      description=r.description, permissions=sorted(r.permissions)) for r in ROLES.values()]
 
 
 # --- tenants and projects -----------------------------------------------------------------------
 
-@api.post("/v1/tenants", response_model=Tenant, status_code=201)
+@api.post("/v1/tenants", operation_id="tenants_create", response_model=Tenant, status_code=201,
+          openapi_extra=docs.example({'name': 'acme', 'display_name': 'ACME Research'}))
 def create_tenant(body: TenantCreate, caller: Caller, db: DB):
+    """Create a tenant (platform administrators only)."""
     caller.require("iam.tenant.create")
     with db.transaction() as conn:
         row = conn.execute("INSERT INTO tenants (name, display_name) VALUES (%s, %s) RETURNING *",
@@ -91,23 +102,27 @@ def create_tenant(body: TenantCreate, caller: Caller, db: DB):
     return row
 
 
-@api.get("/v1/tenants", response_model=Page[Tenant])
+@api.get("/v1/tenants", operation_id="tenants_list", response_model=Page[Tenant])
 def list_tenants(caller: Caller, db: DB, cursor: CursorParam = None, limit: LimitParam = 50):
+    """The tenants the caller may read, newest first."""
     caller.require("iam.tenant.read")  # all tenants: platform scope only
     with db.transaction() as conn:
         return keyset_page(conn, "tenants", cursor, limit)
 
 
-@api.get("/v1/tenants/{tenant_id}", response_model=Tenant)
+@api.get("/v1/tenants/{tenant_id}", operation_id="tenants_get", response_model=Tenant)
 def get_tenant(tenant_id: UUID, caller: Caller, db: DB):
+    """One tenant."""
     with db.transaction() as conn:
         row = service.get_tenant(conn, tenant_id)
     caller.require("iam.tenant.read", tenant_id=tenant_id)
     return row
 
 
-@api.post("/v1/tenants/{tenant_id}/projects", response_model=Project, status_code=201)
+@api.post("/v1/tenants/{tenant_id}/projects", operation_id="projects_create", response_model=Project, status_code=201,
+          openapi_extra=docs.example({'name': 'vision', 'display_name': 'Vision models'}))
 def create_project(tenant_id: UUID, body: ProjectCreate, caller: Caller, db: DB):
+    """Create a project in a tenant; its slug is unique within the tenant (409 already_exists)."""
     with db.transaction() as conn:
         service.get_tenant(conn, tenant_id)
         caller.require("iam.project.create", tenant_id=tenant_id)
@@ -120,17 +135,19 @@ def create_project(tenant_id: UUID, body: ProjectCreate, caller: Caller, db: DB)
     return row
 
 
-@api.get("/v1/tenants/{tenant_id}/projects", response_model=Page[Project])
+@api.get("/v1/tenants/{tenant_id}/projects", operation_id="projects_list", response_model=Page[Project])
 def list_projects(tenant_id: UUID, caller: Caller, db: DB, cursor: CursorParam = None,
                   limit: LimitParam = 50):
+    """The tenant's projects the caller may read, newest first."""
     with db.transaction() as conn:
         service.get_tenant(conn, tenant_id)
         caller.require("iam.project.read", tenant_id=tenant_id)
         return keyset_page(conn, "projects", cursor, limit, tenant_id=tenant_id)
 
 
-@api.get("/v1/projects/{project_id}", response_model=Project)
+@api.get("/v1/projects/{project_id}", operation_id="projects_get", response_model=Project)
 def get_project(project_id: UUID, caller: Caller, db: DB):
+    """One project."""
     with db.transaction() as conn:
         row = service.get_project(conn, project_id)
     caller.require("iam.project.read", tenant_id=row["tenant_id"], project_id=project_id)
@@ -139,8 +156,10 @@ def get_project(project_id: UUID, caller: Caller, db: DB):
 
 # --- users --------------------------------------------------------------------------------------
 
-@api.post("/v1/tenants/{tenant_id}/users", response_model=User, status_code=201)
+@api.post("/v1/tenants/{tenant_id}/users", operation_id="users_create", response_model=User, status_code=201,
+          openapi_extra=docs.example({'email': 'ada@acme.example', 'display_name': 'Ada Lovelace'}))
 def create_user(tenant_id: UUID, body: UserCreate, caller: Caller, db: DB):
+    """Create a user in a tenant; its name is unique within the tenant (409 already_exists)."""
     with db.transaction() as conn:
         service.get_tenant(conn, tenant_id)
         caller.require("iam.user.create", tenant_id=tenant_id)
@@ -150,16 +169,18 @@ def create_user(tenant_id: UUID, body: UserCreate, caller: Caller, db: DB):
     return row
 
 
-@api.get("/v1/tenants/{tenant_id}/users", response_model=Page[User])
+@api.get("/v1/tenants/{tenant_id}/users", operation_id="users_list", response_model=Page[User])
 def list_users(tenant_id: UUID, caller: Caller, db: DB, cursor: CursorParam = None, limit: LimitParam = 50):
+    """The tenant's users, newest first."""
     with db.transaction() as conn:
         service.get_tenant(conn, tenant_id)
         caller.require("iam.user.read", tenant_id=tenant_id)
         return keyset_page(conn, "users", cursor, limit, tenant_id=tenant_id)
 
 
-@api.get("/v1/users/{user_id}", response_model=User)
+@api.get("/v1/users/{user_id}", operation_id="users_get", response_model=User)
 def get_user(user_id: UUID, caller: Caller, db: DB):
+    """One user."""
     with db.transaction() as conn:
         row = service.get_user(conn, user_id)
     if not (caller.kind == "user" and caller.id == user_id):
@@ -167,8 +188,11 @@ def get_user(user_id: UUID, caller: Caller, db: DB):
     return row
 
 
-@api.post("/v1/users/{user_id}/tokens", response_model=TokenIssued, status_code=201)
+@api.post("/v1/users/{user_id}/tokens", operation_id="users_tokens_create",
+          openapi_extra=docs.example({'name': 'ci-pipeline', 'expires_in_days': 30}),
+          responses=errors.responses("token_lifetime_exceeded"), response_model=TokenIssued, status_code=201)
 def create_user_token(user_id: UUID, body: TokenCreate, caller: Caller, db: DB, settings: AppSettings):
+    """Issue an API token for a user; the secret is in this answer only."""
     with db.transaction() as conn:
         user = service.get_user(conn, user_id)
         caller.require("iam.token.create", tenant_id=user["tenant_id"])
@@ -179,7 +203,7 @@ def create_user_token(user_id: UUID, body: TokenCreate, caller: Caller, db: DB, 
     return {**row, "token": token}
 
 
-@api.get("/v1/users/{user_id}/tokens", response_model=Page[TokenInfo])
+@api.get("/v1/users/{user_id}/tokens", operation_id="users_tokens_list", response_model=Page[TokenInfo])
 def list_user_tokens(user_id: UUID, caller: Caller, db: DB, cursor: CursorParam = None, limit: LimitParam = 50):
     """A user's tokens (never the secrets), for the admins of the user's tenant and the platform."""
     with db.transaction() as conn:
@@ -188,7 +212,7 @@ def list_user_tokens(user_id: UUID, caller: Caller, db: DB, cursor: CursorParam 
         return keyset_page(conn, "api_tokens", cursor, limit, principal_kind="user", principal_id=user_id)
 
 
-@api.delete("/v1/users/{user_id}/tokens", response_model=TokensRevoked)
+@api.delete("/v1/users/{user_id}/tokens", operation_id="users_tokens_revoke_all", response_model=TokensRevoked)
 def revoke_user_tokens(user_id: UUID, caller: Caller, db: DB):
     """Revoke every live token of a user (a lost laptop, a leaver); open event streams end within
     the stream re-check interval."""
@@ -201,16 +225,20 @@ def revoke_user_tokens(user_id: UUID, caller: Caller, db: DB):
     return {"revoked": revoked}
 
 
-@api.delete("/v1/tokens/{token_id}", response_model=TokenInfo)
+@api.delete("/v1/tokens/{token_id}", operation_id="tokens_revoke", response_model=TokenInfo)
 def revoke_token(token_id: UUID, caller: Caller, db: DB):
+    """Revoke any token the caller administers; it stops working at once."""
     with db.transaction() as conn:
         return service.revoke_token(conn, caller, token_id, own=False)
 
 
 # --- service accounts ---------------------------------------------------------------------------
 
-@api.post("/v1/projects/{project_id}/service-accounts", response_model=ServiceAccount, status_code=201)
+@api.post("/v1/projects/{project_id}/service-accounts", operation_id="service_accounts_create",
+          openapi_extra=docs.example({'name': 'ci', 'description': 'deploys from CI', 'roles': ['sa_operator']}),
+          response_model=ServiceAccount, status_code=201)
 def create_service_account(project_id: UUID, body: ServiceAccountCreate, caller: Caller, db: DB):
+    """Create a service account in a project, for automation (CI, AWX)."""
     with db.transaction() as conn:
         project = service.get_project(conn, project_id)
         caller.require("iam.service_account.create", tenant_id=project["tenant_id"], project_id=project_id)
@@ -226,24 +254,29 @@ def create_service_account(project_id: UUID, body: ServiceAccountCreate, caller:
     return row
 
 
-@api.get("/v1/projects/{project_id}/service-accounts", response_model=Page[ServiceAccount])
+@api.get("/v1/projects/{project_id}/service-accounts", operation_id="service_accounts_list",
+         response_model=Page[ServiceAccount])
 def list_service_accounts(project_id: UUID, caller: Caller, db: DB, cursor: CursorParam = None,
                           limit: LimitParam = 50):
+    """The project's service accounts, newest first."""
     with db.transaction() as conn:
         project = service.get_project(conn, project_id)
         caller.require("iam.service_account.read", tenant_id=project["tenant_id"], project_id=project_id)
         return keyset_page(conn, "service_accounts", cursor, limit, project_id=project_id)
 
 
-@api.get("/v1/projects/{project_id}/service-accounts/{sa_id}", response_model=ServiceAccount)
+@api.get("/v1/projects/{project_id}/service-accounts/{sa_id}", operation_id="service_accounts_get",
+         response_model=ServiceAccount)
 def get_service_account(project_id: UUID, sa_id: UUID, caller: Caller, db: DB):
+    """One service account."""
     with db.transaction() as conn:
         project = service.get_project(conn, project_id)
         caller.require("iam.service_account.read", tenant_id=project["tenant_id"], project_id=project_id)
         return service.get_service_account(conn, sa_id, project_id)
 
 
-@api.delete("/v1/projects/{project_id}/service-accounts/{sa_id}", response_model=ServiceAccount)
+@api.delete("/v1/projects/{project_id}/service-accounts/{sa_id}", operation_id="service_accounts_disable",
+            response_model=ServiceAccount)
 def disable_service_account(project_id: UUID, sa_id: UUID, caller: Caller, db: DB):
     """Disables the account, revokes its tokens and removes its role bindings (rows stay for audit)."""
     with db.transaction() as conn:
@@ -260,10 +293,14 @@ def disable_service_account(project_id: UUID, sa_id: UUID, caller: Caller, db: D
     return row
 
 
-@api.post("/v1/projects/{project_id}/service-accounts/{sa_id}/tokens", response_model=TokenIssued,
+@api.post("/v1/projects/{project_id}/service-accounts/{sa_id}/tokens", operation_id="service_accounts_tokens_create",
+          openapi_extra=docs.example({'name': 'ci-pipeline', 'expires_in_days': 30}),
+          responses=errors.responses("token_lifetime_exceeded"),
+          response_model=TokenIssued,
           status_code=201)
 def create_service_account_token(project_id: UUID, sa_id: UUID, body: TokenCreate, caller: Caller, db: DB,
                                  settings: AppSettings):
+    """Issue an API token for a service account; the secret is in this answer only."""
     with db.transaction() as conn:
         project = service.get_project(conn, project_id)
         caller.require("iam.service_account.token.create", tenant_id=project["tenant_id"], project_id=project_id)
@@ -278,9 +315,11 @@ def create_service_account_token(project_id: UUID, sa_id: UUID, body: TokenCreat
     return {**row, "token": token}
 
 
-@api.get("/v1/projects/{project_id}/service-accounts/{sa_id}/tokens", response_model=Page[TokenInfo])
+@api.get("/v1/projects/{project_id}/service-accounts/{sa_id}/tokens", operation_id="service_accounts_tokens_list",
+         response_model=Page[TokenInfo])
 def list_service_account_tokens(project_id: UUID, sa_id: UUID, caller: Caller, db: DB,
                                 cursor: CursorParam = None, limit: LimitParam = 50):
+    """The service account's tokens (never their secrets), newest first."""
     with db.transaction() as conn:
         project = service.get_project(conn, project_id)
         caller.require("iam.service_account.read", tenant_id=project["tenant_id"], project_id=project_id)
@@ -290,14 +329,22 @@ def list_service_account_tokens(project_id: UUID, sa_id: UUID, caller: Caller, d
 
 # --- role bindings ------------------------------------------------------------------------------
 
-@api.post("/v1/role-bindings", response_model=RoleBinding, status_code=201)
+@api.post("/v1/role-bindings", operation_id="role_bindings_create",
+          openapi_extra=docs.example({'principal_kind': 'user',
+                                      'principal_id': '9a8b7c6d-5e4f-4a3b-8c2d-1e0f9a8b7c6d',
+                                      'role': 'project_member',
+                                      'tenant_id': '2c9e8f1a-5b4d-4c3e-8a7f-6e5d4c3b2a10',
+                                      'project_id': '7b1f4c2e-0d3a-4e5b-9c6d-1a2b3c4d5e6f'}),
+          responses=errors.responses("invalid_principal", "invalid_scope", "unknown_role"),
+                                     response_model=RoleBinding, status_code=201)
 def create_role_binding(body: RoleBindingCreate, caller: Caller, db: DB):
+    """Bind a role to a user or service account at tenant or project scope; the caller must hold what it grants."""
     with db.transaction() as conn:
         return service.create_binding(conn, caller, body.principal_kind, body.principal_id, body.role,
                                       body.tenant_id, body.project_id)
 
 
-@api.get("/v1/role-bindings", response_model=Page[RoleBinding])
+@api.get("/v1/role-bindings", operation_id="role_bindings_list", response_model=Page[RoleBinding])
 def list_role_bindings(caller: Caller, db: DB, tenant_id: UUID | None = None, project_id: UUID | None = None,
                        cursor: CursorParam = None, limit: LimitParam = 50):
     """Bindings at one scope: a project (project_id), a tenant and its projects (tenant_id), or all
@@ -321,7 +368,9 @@ def list_role_bindings(caller: Caller, db: DB, tenant_id: UUID | None = None, pr
     return {"items": items, "next_cursor": nxt}
 
 
-@api.delete("/v1/role-bindings/{binding_id}", status_code=204)
+@api.delete("/v1/role-bindings/{binding_id}", operation_id="role_bindings_delete",
+            responses=errors.responses("last_platform_admin"), status_code=204)
 def delete_role_binding(binding_id: UUID, caller: Caller, db: DB):
+    """Remove a role binding; the permissions it granted end at once."""
     with db.transaction() as conn:
         service.delete_binding(conn, caller, binding_id)

@@ -5,15 +5,18 @@ from uuid import UUID
 
 from fastapi import Query
 
+from .. import docs, errors
 from ..audit import service as audit
 from ..catalog.adapter import RoleName
 from ..common import Page, Slug, Token, decode_cursor
 from ..deps import DB, AppSettings, Caller, CursorParam, LimitParam, router
 from ..iam.service import get_project
+from ..location import LocatedRoute
 from . import service
 from .schemas import Event, Instance, InstanceCreate, InstanceStatus, InstanceUpdate, Inventory, Member, MemberStatus
 
 api = router("instances")
+api.route_class = LocatedRoute  # Location on 201/202 (gpuaas_api.location)
 
 
 def _authorized_instance(conn, caller, permission: str, instance_id: UUID) -> dict:
@@ -22,7 +25,17 @@ def _authorized_instance(conn, caller, permission: str, instance_id: UUID) -> di
     return instance
 
 
-@api.post("/v1/projects/{project_id}/instances", response_model=Instance, status_code=201)
+@api.post("/v1/projects/{project_id}/instances", operation_id="instances_create",
+          openapi_extra=docs.example({'name': 'train-1',
+                                      'app_slug': 'hpc-cluster',
+                                      'allocation_ids': ['4d3c2b1a-0f9e-4d8c-b7a6-5f4e3d2c1b0a'],
+                                      'topology': [{'role': 'controller', 'count': 1},
+                                                   {'role': 'compute', 'count': 2}],
+                                      'labels': {'team': 'vision'}}),
+          responses=errors.responses("not_entitled", "policy_denied", "version_not_usable", "artifact_not_active",
+                                     "compatibility_refused", "quota_exceeded", "host_in_use", "unknown_role",
+                                     "invalid_parameters", "allocation.unknown", "duplicate_node_name"),
+          response_model=Instance, status_code=201)
 def create_instance(project_id: UUID, body: InstanceCreate, caller: Caller, db: DB, settings: AppSettings):
     """Create a project-owned app instance. Refusals say why: not_entitled / policy_denied (403),
     version_not_usable / artifact_not_active (409), compatibility_refused with every reason (422)."""
@@ -32,11 +45,12 @@ def create_instance(project_id: UUID, body: InstanceCreate, caller: Caller, db: 
         return service.create_instance(conn, caller, project, body, max_instances=settings.max_instances_per_project)
 
 
-@api.get("/v1/projects/{project_id}/instances", response_model=Page[Instance])
+@api.get("/v1/projects/{project_id}/instances", operation_id="instances_list", response_model=Page[Instance])
 def list_instances(project_id: UUID, caller: Caller, db: DB,
                    status: Annotated[InstanceStatus | None, Query()] = None,
                    app_slug: Annotated[Slug | None, Query()] = None,
                    cursor: CursorParam = None, limit: LimitParam = 50):
+    """The project's app instances, newest first, optionally by status or app."""
     with db.transaction() as conn:
         project = get_project(conn, project_id)
         caller.require("apps.instance.read", tenant_id=project["tenant_id"], project_id=project_id)
@@ -45,21 +59,29 @@ def list_instances(project_id: UUID, caller: Caller, db: DB,
     return {"items": items, "next_cursor": nxt}
 
 
-@api.get("/v1/instances/{instance_id}", response_model=Instance)
+@api.get("/v1/instances/{instance_id}", operation_id="instances_get", response_model=Instance)
 def get_instance(instance_id: UUID, caller: Caller, db: DB):
+    """One app instance: status, topology, labels and parameters."""
     with db.transaction() as conn:
         _authorized_instance(conn, caller, "apps.instance.read", instance_id)
         return service.get_instance_view(conn, instance_id)
 
 
-@api.patch("/v1/instances/{instance_id}", response_model=Instance)
+@api.patch("/v1/instances/{instance_id}", operation_id="instances_update", response_model=Instance,
+           openapi_extra=docs.example({'labels': {'team': 'vision-research',
+                                                  'cost-center': 'cc-42',
+                                                  'obsolete': None}}))
 def update_instance(instance_id: UUID, body: InstanceUpdate, caller: Caller, db: DB):
+    """Merge labels into the instance (JSON merge, RFC 7396: a key set to null is removed, keys not named stay) and
+    opt it in to or out of canary versions."""
     with db.transaction() as conn:
         _authorized_instance(conn, caller, "apps.instance.update", instance_id)
         return service.update_instance(conn, caller, instance_id, body.model_dump(exclude_unset=True))
 
 
-@api.delete("/v1/instances/{instance_id}", status_code=204)
+@api.delete("/v1/instances/{instance_id}", operation_id="instances_delete",
+            responses=errors.responses("operation_open", "instance_not_deletable", "member_still_live"),
+                                       status_code=204)
 def delete_instance(instance_id: UUID, caller: Caller, db: DB):
     """Delete an instance that runs nothing (created or stopped); others need decommission first (409)."""
     with db.transaction() as conn:
@@ -67,7 +89,7 @@ def delete_instance(instance_id: UUID, caller: Caller, db: DB):
         service.delete_instance(conn, caller, instance_id)
 
 
-@api.get("/v1/instances/{instance_id}/inventory", response_model=Inventory)
+@api.get("/v1/instances/{instance_id}/inventory", operation_id="instances_inventory_get", response_model=Inventory)
 def get_inventory(instance_id: UUID, caller: Caller, db: DB):
     """The instance's Ansible inventory: the same hosts, groups and connection variables the
     platform's own runs use (without the platform's SSH key), for operators and AWX (the
@@ -77,11 +99,12 @@ def get_inventory(instance_id: UUID, caller: Caller, db: DB):
         return service.instance_inventory(conn, instance)
 
 
-@api.get("/v1/instances/{instance_id}/members", response_model=Page[Member])
+@api.get("/v1/instances/{instance_id}/members", operation_id="members_list", response_model=Page[Member])
 def list_members(instance_id: UUID, caller: Caller, db: DB,
                  role: Annotated[RoleName | None, Query()] = None,
                  status: Annotated[MemberStatus | None, Query()] = None,
                  cursor: CursorParam = None, limit: LimitParam = 100):
+    """The instance's members (hosts with a role), optionally by role or status."""
     with db.transaction() as conn:
         _authorized_instance(conn, caller, "apps.instance.read", instance_id)
         items, nxt = service.list_members(conn, instance_id, role=role, status=status,
@@ -89,14 +112,15 @@ def list_members(instance_id: UUID, caller: Caller, db: DB,
     return {"items": items, "next_cursor": nxt}
 
 
-@api.get("/v1/instances/{instance_id}/members/{member_id}", response_model=Member)
+@api.get("/v1/instances/{instance_id}/members/{member_id}", operation_id="members_get", response_model=Member)
 def get_member(instance_id: UUID, member_id: UUID, caller: Caller, db: DB):
+    """One member of an instance."""
     with db.transaction() as conn:
         _authorized_instance(conn, caller, "apps.instance.read", instance_id)
         return service.get_member(conn, instance_id, member_id)
 
 
-@api.get("/v1/instances/{instance_id}/events", response_model=Page[Event])
+@api.get("/v1/instances/{instance_id}/events", operation_id="events_list", response_model=Page[Event])
 def list_events(instance_id: UUID, caller: Caller, db: DB,
                 type: Annotated[Token | None, Query(description="event type, e.g. apps.instance.running")] = None,
                 member_id: UUID | None = None,

@@ -4,15 +4,16 @@ list, cancel; download a run's artifacts; follow the timeline as Server-Sent Eve
 from __future__ import annotations
 
 import asyncio
-import json
 import time
 from typing import Annotated
 from uuid import UUID
 
 from fastapi import Header, Query, Request, Response
 from fastapi.responses import StreamingResponse
+from pydantic_core import to_json
 from starlette.concurrency import run_in_threadpool
 
+from .. import docs, errors
 from ..audit import service as audit
 from ..common import Page, decode_cursor
 from ..config import OperationSettings
@@ -20,6 +21,7 @@ from ..deps import DB, AppSettings, Caller, CursorParam, LimitParam, router
 from ..errors import ApiError
 from ..iam.auth import principal_for_token_id
 from ..instances import service as instances
+from ..location import LocatedRoute
 from . import service
 from .kinds import KINDS
 from .schemas import (
@@ -33,6 +35,7 @@ from .schemas import (
 )
 
 api = router("operations")
+api.route_class = LocatedRoute  # Location on 201/202 (gpuaas_api.location)
 KeyHeader = Annotated[IdempotencyKey | None, Header(
     alias="Idempotency-Key", description="same key (per caller and instance) returns the same operation")]
 ACCEPTED = {"status_code": 202, "response_model": Operation}
@@ -61,21 +64,35 @@ def _accept(request: Request, db, caller, instance_id: UUID, kind: str, body: di
                               member_id=member_id, idempotency_key=key)
 
 
-@api.post("/v1/instances/{instance_id}/deploy", **ACCEPTED)
+@api.post("/v1/instances/{instance_id}/deploy", operation_id="instances_deploy",
+          responses=errors.responses("quota_exceeded", "idempotency_key_reused", "instance_not_operable",
+                                     "instance_decommissioning", "action_not_supported", "operation_in_progress",
+                                     "no_playbook", "instance_already_deployed"), **ACCEPTED)
 def deploy(instance_id: UUID, request: Request, caller: Caller, db: DB, idempotency_key: KeyHeader = None):
     """Deploy a created instance: generates its secrets, runs the adapter's deploy playbook; the
     instance is `running` only once the run proved the cluster works."""
     return _accept(request, db, caller, instance_id, "deploy", None, idempotency_key)
 
 
-@api.post("/v1/instances/{instance_id}/reconfigure", **ACCEPTED)
+@api.post("/v1/instances/{instance_id}/reconfigure", operation_id="instances_reconfigure",
+          openapi_extra=docs.example({'parameters': {'partition_name': 'batch'}}),
+          responses=errors.responses("quota_exceeded", "idempotency_key_reused", "instance_not_operable",
+                                     "instance_decommissioning", "action_not_supported", "operation_in_progress",
+                                     "no_playbook", "invalid_parameters"), **ACCEPTED)
 def reconfigure(instance_id: UUID, request: Request, caller: Caller, db: DB, body: Reconfigure | None = None,
                 idempotency_key: KeyHeader = None):
+    """Queue a reconfigure: apply changed parameters to the running instance (202 with the operation)."""
     return _accept(request, db, caller, instance_id, "reconfigure", body and body.model_dump(mode="json"),
                    idempotency_key)
 
 
-@api.post("/v1/instances/{instance_id}/upgrade", **ACCEPTED)
+@api.post("/v1/instances/{instance_id}/upgrade", operation_id="instances_upgrade",
+          openapi_extra=docs.example({'app_version_id': '0e1d2c3b-4a59-4687-a5b4-c3d2e1f0a9b8'}),
+          responses=errors.responses("quota_exceeded", "idempotency_key_reused", "instance_not_operable",
+                                     "instance_decommissioning", "action_not_supported", "operation_in_progress",
+                                     "no_playbook", "already_at_version", "version_not_usable",
+                                     "artifact_not_active", "compatibility_refused", "not_entitled",
+                                     "policy_denied"), **ACCEPTED)
 def upgrade(instance_id: UUID, body: Upgrade, request: Request, caller: Caller, db: DB,
             idempotency_key: KeyHeader = None):
     """Move to another active, digest-pinned version of the same app (the current one is kept as the
@@ -83,51 +100,88 @@ def upgrade(instance_id: UUID, body: Upgrade, request: Request, caller: Caller, 
     return _accept(request, db, caller, instance_id, "upgrade", body.model_dump(mode="json"), idempotency_key)
 
 
-@api.post("/v1/instances/{instance_id}/rollback", **ACCEPTED)
+@api.post("/v1/instances/{instance_id}/rollback", operation_id="instances_rollback",
+          responses=errors.responses("quota_exceeded", "idempotency_key_reused", "instance_not_operable",
+                                     "instance_decommissioning", "action_not_supported", "operation_in_progress",
+                                     "no_playbook", "no_previous_version", "version_not_usable"), **ACCEPTED)
 def rollback(instance_id: UUID, request: Request, caller: Caller, db: DB, idempotency_key: KeyHeader = None):
     """Back to the previous digest-pinned version (409 no_previous_version when there is none)."""
     return _accept(request, db, caller, instance_id, "rollback", None, idempotency_key)
 
 
-@api.post("/v1/instances/{instance_id}/decommission", **ACCEPTED)
+@api.post("/v1/instances/{instance_id}/decommission", operation_id="instances_decommission",
+          responses=errors.responses("quota_exceeded", "idempotency_key_reused", "instance_not_operable",
+                                     "instance_decommissioning", "action_not_supported", "operation_in_progress",
+                                     "no_playbook"), **ACCEPTED)
 def decommission(instance_id: UUID, request: Request, caller: Caller, db: DB, idempotency_key: KeyHeader = None):
     """Tear the runtime down on every host (verified by the playbook); the instance ends `stopped`
     and can then be deleted."""
     return _accept(request, db, caller, instance_id, "decommission", None, idempotency_key)
 
 
-@api.post("/v1/instances/{instance_id}/refresh", **ACCEPTED)
+@api.post("/v1/instances/{instance_id}/refresh", operation_id="instances_refresh",
+          responses=errors.responses("quota_exceeded", "idempotency_key_reused", "instance_not_operable",
+                                     "instance_decommissioning", "action_not_supported", "operation_in_progress",
+                                     "no_playbook", "no_status_module"), **ACCEPTED)
 def refresh(instance_id: UUID, request: Request, caller: Caller, db: DB, idempotency_key: KeyHeader = None):
     """Read member state from the runtime (read-only) and set member statuses to match."""
     return _accept(request, db, caller, instance_id, "refresh", None, idempotency_key)
 
 
-@api.post("/v1/instances/{instance_id}/members", **ACCEPTED)
+@api.post("/v1/instances/{instance_id}/members", operation_id="members_add",
+          openapi_extra=docs.example({'role': 'compute',
+                                      'allocation_id': '4d3c2b1a-0f9e-4d8c-b7a6-5f4e3d2c1b0a',
+                                      'host_name': 'gpu-a3'}),
+          responses=errors.responses("quota_exceeded", "idempotency_key_reused", "instance_not_operable",
+                                     "instance_decommissioning", "action_not_supported", "operation_in_progress",
+                                     "no_playbook", "unknown_role", "role_at_max", "allocation.unknown",
+                                     "no_free_host", "placement.host", "host_taken", "host_in_use"), **ACCEPTED)
 def add_member(instance_id: UUID, body: MemberAdd, request: Request, caller: Caller, db: DB,
                idempotency_key: KeyHeader = None):
     """Add a member: a pending member is created now on the allocation host; the run makes it join."""
     return _accept(request, db, caller, instance_id, "member_add", body.model_dump(mode="json"), idempotency_key)
 
 
-@api.post("/v1/instances/{instance_id}/members/{member_id}/drain", **ACCEPTED)
+@api.post("/v1/instances/{instance_id}/members/{member_id}/drain", operation_id="members_drain",
+          responses=errors.responses("quota_exceeded", "idempotency_key_reused", "instance_not_operable",
+                                     "instance_decommissioning", "action_not_supported", "operation_in_progress",
+                                     "no_playbook", "member_busy", "member_state_conflict",
+                                     "member_already_removed"), **ACCEPTED)
 def drain_member(instance_id: UUID, member_id: UUID, request: Request, caller: Caller, db: DB,
                  idempotency_key: KeyHeader = None):
+    """Queue a drain of one member: it stops taking new work and finishes what it runs (202 with the operation)."""
     return _accept(request, db, caller, instance_id, "member_drain", None, idempotency_key, member_id)
 
 
-@api.post("/v1/instances/{instance_id}/members/{member_id}/resume", **ACCEPTED)
+@api.post("/v1/instances/{instance_id}/members/{member_id}/resume", operation_id="members_resume",
+          responses=errors.responses("quota_exceeded", "idempotency_key_reused", "instance_not_operable",
+                                     "instance_decommissioning", "action_not_supported", "operation_in_progress",
+                                     "no_playbook", "member_busy", "member_state_conflict",
+                                     "member_already_removed"), **ACCEPTED)
 def resume_member(instance_id: UUID, member_id: UUID, request: Request, caller: Caller, db: DB,
                   idempotency_key: KeyHeader = None):
+    """Queue a resume of a drained member: it takes work again (202 with the operation)."""
     return _accept(request, db, caller, instance_id, "member_resume", None, idempotency_key, member_id)
 
 
-@api.post("/v1/instances/{instance_id}/members/{member_id}/remove", **ACCEPTED)
+@api.post("/v1/instances/{instance_id}/members/{member_id}/remove", operation_id="members_remove",
+          responses=errors.responses("quota_exceeded", "idempotency_key_reused", "instance_not_operable",
+                                     "instance_decommissioning", "action_not_supported", "operation_in_progress",
+                                     "no_playbook", "member_busy", "member_state_conflict",
+                                     "member_already_removed"), **ACCEPTED)
 def remove_member(instance_id: UUID, member_id: UUID, request: Request, caller: Caller, db: DB,
                   idempotency_key: KeyHeader = None):
+    """Queue the removal of one member from the instance; the others keep running (202 with the operation)."""
     return _accept(request, db, caller, instance_id, "member_remove", None, idempotency_key, member_id)
 
 
-@api.post("/v1/instances/{instance_id}/members/{member_id}/replace", **ACCEPTED)
+@api.post("/v1/instances/{instance_id}/members/{member_id}/replace", operation_id="members_replace",
+          openapi_extra=docs.example({'allocation_id': '4d3c2b1a-0f9e-4d8c-b7a6-5f4e3d2c1b0a', 'host_name': 'gpu-a4'}),
+          responses=errors.responses("quota_exceeded", "idempotency_key_reused", "instance_not_operable",
+                                     "instance_decommissioning", "action_not_supported", "operation_in_progress",
+                                     "no_playbook", "member_busy", "member_state_conflict", "member_already_removed",
+                                     "allocation.unknown", "no_free_host", "placement.host", "host_taken",
+                                     "host_in_use"), **ACCEPTED)
 def replace_member(instance_id: UUID, member_id: UUID, body: MemberReplace, request: Request, caller: Caller,
                    db: DB, idempotency_key: KeyHeader = None):
     """Replace a member by a new one on another host: the new one joins first, then the old one is
@@ -146,13 +200,16 @@ def _authorized_operation(conn, caller, operation_id: UUID, *, act: bool) -> dic
     return op
 
 
-@api.get("/v1/operations/{operation_id}", response_model=Operation)
+@api.get("/v1/operations/{operation_id}", operation_id="operations_get", response_model=Operation)
 def get_operation(operation_id: UUID, caller: Caller, db: DB):
+    """One operation: status, progress (tasks done and total, current hosts), result and failure."""
     with db.transaction() as conn:
         return _authorized_operation(conn, caller, operation_id, act=False)
 
 
-@api.post("/v1/operations/{operation_id}/cancel", status_code=202, response_model=Operation)
+@api.post("/v1/operations/{operation_id}/cancel", operation_id="operations_cancel",
+          responses=errors.responses("operation_finished"),
+          status_code=202, response_model=Operation)
 def cancel_operation(operation_id: UUID, caller: Caller, db: DB):
     """Queued: canceled at once. Running: `cancel_requested` is set and the worker stops the whole
     run within seconds; the operation then ends `canceled`. Finished: 409."""
@@ -161,7 +218,7 @@ def cancel_operation(operation_id: UUID, caller: Caller, db: DB):
         return service.cancel(conn, caller, operation_id)
 
 
-@api.get("/v1/instances/{instance_id}/operations", response_model=Page[Operation])
+@api.get("/v1/instances/{instance_id}/operations", operation_id="operations_list", response_model=Page[Operation])
 def list_operations(instance_id: UUID, caller: Caller, db: DB,
                     status: Annotated[OperationStatus | None, Query()] = None,
                     cursor: CursorParam = None, limit: LimitParam = 50):
@@ -174,7 +231,7 @@ def list_operations(instance_id: UUID, caller: Caller, db: DB,
     return {"items": items, "next_cursor": nxt}
 
 
-@api.get("/v1/operations/{operation_id}/artifacts", response_class=Response,
+@api.get("/v1/operations/{operation_id}/artifacts", operation_id="operations_artifacts_get", response_class=Response,
          responses={200: {"content": {"application/gzip": {}}, "description": "tar.gz of the run directory"}})
 def download_artifacts(operation_id: UUID, caller: Caller, db: DB,
                        attempt: Annotated[int | None, Query(ge=1, le=1000)] = None):
@@ -192,7 +249,7 @@ POLL_SECONDS = 0.5
 KEEPALIVE_SECONDS = 15
 
 
-@api.get("/v1/instances/{instance_id}/events/stream", response_class=StreamingResponse,
+@api.get("/v1/instances/{instance_id}/events/stream", operation_id="events_stream", response_class=StreamingResponse,
          responses={200: {"content": {"text/event-stream": {}}, "description":
                           "Server-Sent Events: `id` is the event id, `event` its type, `data` the event JSON"}})
 async def stream_events(instance_id: UUID, request: Request, caller: Caller, db: DB, settings: AppSettings,
@@ -242,7 +299,7 @@ async def stream_events(instance_id: UUID, request: Request, caller: Caller, db:
             rows = await run_in_threadpool(fetch, since)
             for row in rows:
                 since = row["id"]
-                data = json.dumps(row, default=str)
+                data = to_json(row).decode()  # the REST answers' serializer: same timestamps
                 yield f"id: {row['id']}\nevent: {row['type']}\ndata: {data}\n\n"
             if rows:
                 quiet_since = time.monotonic()

@@ -5,6 +5,7 @@ from uuid import UUID
 
 from fastapi import Path, Query
 
+from .. import docs, errors
 from ..audit import service as audit
 from ..catalog.service import get_app
 from ..common import Page, Slug, decode_cursor, keyset_page, page_of
@@ -17,8 +18,11 @@ from .schemas import EffectiveDimension, EffectivePolicy, Entitlement, Entitleme
 api = router("policy")
 
 
-@api.post("/v1/projects/{project_id}/entitlements", response_model=Entitlement, status_code=201)
+@api.post("/v1/projects/{project_id}/entitlements", operation_id="entitlements_create",
+          openapi_extra=docs.example({'app_slug': 'hpc-cluster'}),
+          response_model=Entitlement, status_code=201)
 def create_entitlement(project_id: UUID, body: EntitlementCreate, caller: Caller, db: DB):
+    """Entitle a project to an app (optionally to some of its versions) so it may create instances of it."""
     with db.transaction() as conn:
         project = get_project(conn, project_id)
         caller.require("policy.entitlement.write", tenant_id=project["tenant_id"], project_id=project_id)
@@ -35,16 +39,17 @@ def create_entitlement(project_id: UUID, body: EntitlementCreate, caller: Caller
     return row
 
 
-@api.get("/v1/projects/{project_id}/entitlements", response_model=Page[Entitlement])
+@api.get("/v1/projects/{project_id}/entitlements", operation_id="entitlements_list", response_model=Page[Entitlement])
 def list_entitlements(project_id: UUID, caller: Caller, db: DB, cursor: CursorParam = None,
                       limit: LimitParam = 50):
+    """The project's entitlements."""
     with db.transaction() as conn:
         project = get_project(conn, project_id)
         caller.require("policy.entitlement.read", tenant_id=project["tenant_id"], project_id=project_id)
         return keyset_page(conn, "entitlements", cursor, limit, project_id=project_id)
 
 
-@api.delete("/v1/projects/{project_id}/entitlements/{app_slug}", status_code=204)
+@api.delete("/v1/projects/{project_id}/entitlements/{app_slug}", operation_id="entitlements_delete", status_code=204)
 def delete_entitlement(project_id: UUID, app_slug: Annotated[Slug, Path()], caller: Caller, db: DB):
     """Withdraws the entitlement for new instances; existing instances keep running."""
     with db.transaction() as conn:
@@ -58,13 +63,21 @@ def delete_entitlement(project_id: UUID, app_slug: Annotated[Slug, Path()], call
                      context={"tenant_id": project["tenant_id"], "project_id": project_id, "app_slug": app_slug})
 
 
-@api.post("/v1/policy/overlays", response_model=Overlay, status_code=201)
+@api.post("/v1/policy/overlays", operation_id="policy_overlays_create",
+          openapi_extra=docs.example({'scope_kind': 'tenant',
+                                      'tenant_id': '2c9e8f1a-5b4d-4c3e-8a7f-6e5d4c3b2a10',
+                                      'dimension': 'region',
+                                      'effect': 'allow',
+                                      'values': ['eu-west-1']}),
+          responses=errors.responses("overlay_widens_policy", "invalid_scope", "missing_scope"),
+                                     response_model=Overlay, status_code=201)
 def create_overlay(body: OverlayCreate, caller: Caller, db: DB):
+    """Add a policy overlay (limits, allowed versions or regions) at platform, tenant or project scope."""
     with db.transaction() as conn:
         return service.create_overlay(conn, caller, body)
 
 
-@api.get("/v1/policy/overlays", response_model=Page[Overlay])
+@api.get("/v1/policy/overlays", operation_id="policy_overlays_list", response_model=Page[Overlay])
 def list_overlays(caller: Caller, db: DB,
                   scope_kind: Annotated[Literal["global", "tenant", "project"], Query()] = "global",
                   tenant_id: UUID | None = None, project_id: UUID | None = None,
@@ -94,14 +107,17 @@ def list_overlays(caller: Caller, db: DB,
     return {"items": items, "next_cursor": nxt}
 
 
-@api.delete("/v1/policy/overlays/{overlay_id}", status_code=204)
+@api.delete("/v1/policy/overlays/{overlay_id}", operation_id="policy_overlays_delete", status_code=204)
 def delete_overlay(overlay_id: UUID, caller: Caller, db: DB):
+    """Remove a policy overlay."""
     with db.transaction() as conn:
         service.delete_overlay(conn, caller, overlay_id)
 
 
-@api.get("/v1/projects/{project_id}/policy/effective", response_model=EffectivePolicy)
+@api.get("/v1/projects/{project_id}/policy/effective", operation_id="policy_effective_get",
+         response_model=EffectivePolicy)
 def effective_policy(project_id: UUID, caller: Caller, db: DB):
+    """The policy that applies to a project: its overlays merged into allow and deny sets per dimension."""
     with db.transaction() as conn:
         project = get_project(conn, project_id)
         caller.require("policy.overlay.read", tenant_id=project["tenant_id"], project_id=project_id)

@@ -90,7 +90,7 @@ class TokenServiceConfig(BaseModel):
     rootcertbundle: str = Field(description="PEM certificate of the key tokens are signed with")
 
 
-@api.get("/v1/registry/certificate", response_model=TokenServiceConfig)
+@api.get("/v1/registry/certificate", operation_id="registry_certificate_get", response_model=TokenServiceConfig)
 def registry_certificate(request: Request, caller: Caller, settings: AppSettings):
     """The service, issuer and certificate a registry using this token service is configured with."""
     caller.require("apps.catalog.write")
