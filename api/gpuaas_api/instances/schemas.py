@@ -50,8 +50,10 @@ class InstanceCreate(Strict):
 
 
 class InstanceUpdate(Strict):
-    labels: dict[LabelKey, LabelValue] | None = Field(default=None, max_length=32,
-                                                      description="replaces the instance's labels")
+    labels: dict[LabelKey, LabelValue | None] | None = Field(
+        default=None, max_length=32,
+        description="merged into the instance's labels (JSON merge patch, RFC 7396): a key with a value sets it, "
+                    "a key with null removes it, keys not named stay")
     canary: bool | None = Field(default=None, description="opt in to (or out of) canary versions")
 
     @model_validator(mode="after")

@@ -377,10 +377,25 @@ def add_member(conn: psycopg.Connection, actor: Principal, instance_id: UUID, ro
     return member
 
 
+MAX_LABELS = 32
+
+
 def update_instance(conn: psycopg.Connection, actor: Principal, instance_id: UUID, changes: dict) -> dict:
-    """Set the fields given (labels, canary); the others stay."""
+    """Set the fields given (labels, canary); the others stay. Labels merge as RFC 7396 says: a key
+    with a value is set, a key with null is removed, keys not named stay."""
     before = get_instance(conn, instance_id, lock=True)
     after = {"labels": before["labels"], "canary": before["canary"]} | changes
+    if "labels" in changes:
+        labels = dict(before["labels"])
+        for key, value in changes["labels"].items():
+            if value is None:
+                labels.pop(key, None)
+            else:
+                labels[key] = value
+        if len(labels) > MAX_LABELS:
+            raise unprocessable("validation_error", f"an instance holds at most {MAX_LABELS} labels; "
+                                f"this merge would leave {len(labels)}", max_labels=MAX_LABELS)
+        after["labels"] = labels
     conn.execute("UPDATE app_instances SET labels = %s, canary = %s, updated_at = now() WHERE id = %s",
                  (Jsonb(after["labels"]), after["canary"], instance_id))
     audit.record(conn, actor, "apps.instance.update", "app_instance", instance_id,
