@@ -162,8 +162,9 @@ class Demo:
     def operate(self, path: str, body: dict | None = None, timeout: float = 900) -> dict:
         """Posts an operation, prints its progress from the event stream while it runs (the client's
         follower, as `gpuaas ops follow` shows it off a terminal), and returns the finished operation."""
+        from .client.errors import ClientError
         from .client.follow import follow
-        from .client.http import Client, ClientError
+        from .client.http import Client
         from .client.render import PlainView
 
         op = self.sa.post(f"/v1/instances/{self.ids['instance']}{path}", body or {},

@@ -8,11 +8,15 @@ import functools
 import logging
 import sys
 from collections.abc import Callable
+from typing import TYPE_CHECKING
 
 from . import config
+from .errors import ApiError, ClientError
 from .follow import EXIT_STATUS, follow
-from .http import ApiError, Client, ClientError
 from .render import dump, json_line, operation_view
+
+if TYPE_CHECKING:
+    from .http import Client
 
 EXIT_ERROR = 1
 EXIT_INTERRUPTED = 130
@@ -50,6 +54,8 @@ def connect(args: argparse.Namespace) -> Client:
     if settings.source("token") == str(config.config_path()) and config.too_open():
         print(f"gpuaas: warning: {config.config_path()} holds a token and others may read it; chmod 600 it",
               file=sys.stderr)
+    from .http import Client
+
     quiet_http_log()
     return Client(settings.url, settings.token)
 

@@ -14,9 +14,12 @@ import threading
 import time
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
-from typing import Protocol
+from typing import TYPE_CHECKING, Protocol
 
-from .http import Client, ClientError
+from .errors import ClientError
+
+if TYPE_CHECKING:
+    from .http import Client
 
 TERMINAL = ("succeeded", "failed", "canceled")
 # The command's exit status for each result (documented in docs/cli.md).

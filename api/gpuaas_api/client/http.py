@@ -15,6 +15,7 @@ from typing import Any
 import httpx
 
 from .. import __version__
+from .errors import ApiError, ClientError, StreamEnded
 
 # Statuses that say "try again": the proxy or the service is restarting, or the database is away.
 RETRY_STATUSES = frozenset({502, 503, 504})
@@ -22,43 +23,17 @@ RETRY_DELAYS = (0.5, 1.0, 2.0)
 PAGE_LIMIT = 500
 
 
-class ClientError(Exception):
-    """A problem on this side (not logged in, no such name, the service unreachable); str() is one line."""
-
-
-class ApiError(ClientError):
-    """The service's error envelope: {"error": {code, message, details, correlation_id}}."""
-
-    def __init__(self, status: int, code: str, message: str, details: dict | None = None,
-                 correlation_id: str | None = None):
-        super().__init__(message)
-        self.status, self.code, self.message = status, code, message
-        self.details, self.correlation_id = details or {}, correlation_id
-
-    @classmethod
-    def from_response(cls, response: httpx.Response) -> ApiError:
-        try:
-            error = response.json()["error"]
-            return cls(response.status_code, str(error["code"]), str(error["message"]), error.get("details") or {},
-                       error.get("correlation_id"))
-        except (ValueError, KeyError, TypeError):
-            # Not the service's envelope (a proxy's page, say): keep it short.
-            text = " ".join(response.text.split())[:200] or response.reason_phrase
-            return cls(response.status_code, f"http_{response.status_code}", text, {},
-                       response.headers.get("X-Correlation-ID"))
-
-    def envelope(self) -> dict:
-        return {"error": {"code": self.code, "message": self.message, "details": self.details,
-                          "correlation_id": self.correlation_id}}
-
-    def __str__(self) -> str:
-        details = f" {json.dumps(self.details, separators=(',', ':'), default=str)}" if self.details else ""
-        return (f"{self.code}: {self.message}{details} "
-                f"(HTTP {self.status}, correlation_id {self.correlation_id or '-'})")
-
-
-class StreamEnded(ClientError):
-    """The service ended the event stream for good (`event: end`, e.g. the token was revoked)."""
+def api_error(response: httpx.Response) -> ApiError:
+    """The service's error envelope of a response, as an ApiError."""
+    try:
+        error = response.json()["error"]
+        return ApiError(response.status_code, str(error["code"]), str(error["message"]), error.get("details") or {},
+                        error.get("correlation_id"))
+    except (ValueError, KeyError, TypeError):
+        # Not the service's envelope (a proxy's page, say): keep it short.
+        text = " ".join(response.text.split())[:200] or response.reason_phrase
+        return ApiError(response.status_code, f"http_{response.status_code}", text, {},
+                        response.headers.get("X-Correlation-ID"))
 
 
 def new_idempotency_key() -> str:
@@ -102,7 +77,7 @@ class Client:
                 time.sleep(RETRY_DELAYS[attempt])
                 continue
             if response.status_code >= 400:
-                raise ApiError.from_response(response)
+                raise api_error(response)
             return response.json() if response.content else None
         raise AssertionError("unreachable")
 
@@ -188,7 +163,7 @@ class EventStream:
                 return
             if response.status_code >= 400:
                 response.read()
-                raise ApiError.from_response(response)
+                raise api_error(response)
             kind, data = None, []
             for line in response.iter_lines():
                 if self.closed.is_set():

@@ -5,8 +5,12 @@ says which."""
 from __future__ import annotations
 
 import uuid
+from typing import TYPE_CHECKING
 
-from .http import Client, ClientError
+from .errors import ClientError
+
+if TYPE_CHECKING:
+    from .http import Client
 
 
 def is_uuid(value: str) -> bool:

@@ -24,7 +24,8 @@ def register(sub: argparse._SubParsersAction) -> None:
 def login(args: argparse.Namespace) -> int:
     from ..client import config, lookup
     from ..client.cli import quiet_http_log
-    from ..client.http import ApiError, Client, ClientError
+    from ..client.errors import ApiError, ClientError
+    from ..client.http import Client
 
     quiet_http_log()
     try:
