@@ -6,6 +6,14 @@ the full ASGI stack (auth, permission check, SQL, response validation) with an i
 client; the database is the embedded PostgreSQL unless DATABASE_URL points elsewhere.
 
     .venv/bin/python bench/bench_api_instances.py [--instances 10000] [--members-per-instance 10]
+    .venv/bin/python bench/bench_api_instances.py --observability compare [--rounds 20] [--requests 100]
+
+`--observability compare` measures the same requests with logging, metrics and tracing off and on,
+in alternating rounds (the order swapped each round), and reports the p50 ratio (on / off) per
+endpoint and over all. Off: metrics_enabled=false, log level WARNING (no access lines), no tracer.
+On: the serve defaults plus tracing: JSON access lines at INFO written to a file, the request
+histogram, and every request's span batched and exported over OTLP/HTTP to a collector stand-in on
+loopback that reads and acknowledges each export.
 """
 
 from __future__ import annotations
@@ -13,18 +21,24 @@ from __future__ import annotations
 import argparse
 import asyncio
 import json
+import logging
 import os
 import random
 import statistics
+import subprocess
+import sys
 import tempfile
 import time
 import uuid
+from pathlib import Path
 
 import httpx
 import psycopg
 from gpuaas_api import db as dbmod
 from gpuaas_api.app import create_app
+from gpuaas_api.config import Settings
 from gpuaas_api.iam.auth import new_token
+from gpuaas_api.observability import logs, tracing
 from psycopg.conninfo import make_conninfo
 
 DIGEST = "sha256:" + "cd" * 32
@@ -103,20 +117,27 @@ def pct(samples: list[float], p: float) -> float:
     return ordered[min(len(ordered) - 1, round(p / 100 * (len(ordered) - 1)))]
 
 
-async def measure(app, data: dict, requests: int) -> dict[str, list[float]]:
+async def keyset_cursors(app, data: dict) -> list[str]:
+    """Keyset cursors across the first 100 pages of the instance list."""
+    transport = httpx.ASGITransport(app=app)
     headers = {"Authorization": f"Bearer {data['token']}"}
-    rng = random.Random(7)
+    path = f"/v1/projects/{data['project']}/instances"
+    async with httpx.AsyncClient(transport=transport, base_url="http://bench", headers=headers) as client:
+        cursors = [(await client.get(path, params={"limit": 50})).json()["next_cursor"]]
+        while len(cursors) < 100 and cursors[-1]:
+            cursors.append((await client.get(path, params={"limit": 50, "cursor": cursors[-1]})).json()["next_cursor"])
+    return [c for c in cursors if c]
+
+
+async def measure(app, data: dict, requests: int, seed: int = 7, warmup: int = 30,
+                  cursors: list[str] | None = None) -> dict[str, list[float]]:
+    headers = {"Authorization": f"Bearer {data['token']}"}
+    rng = random.Random(seed)
     project, ids = data["project"], data["instances"]
+    cursors = cursors or await keyset_cursors(app, data)
     transport = httpx.ASGITransport(app=app)
     results: dict[str, list[float]] = {}
     async with httpx.AsyncClient(transport=transport, base_url="http://bench", headers=headers) as client:
-        first = (await client.get(f"/v1/projects/{project}/instances", params={"limit": 50})).json()
-        cursors = [first["next_cursor"]]
-        while len(cursors) < 100 and cursors[-1]:  # keyset cursors across the first 100 pages
-            page = (await client.get(f"/v1/projects/{project}/instances",
-                                     params={"limit": 50, "cursor": cursors[-1]})).json()
-            cursors.append(page["next_cursor"])
-        cursors = [c for c in cursors if c]
         cases = {
             "instance list (first page, 50)": lambda: client.get(f"/v1/projects/{project}/instances",
                                                                   params={"limit": 50}),
@@ -128,7 +149,7 @@ async def measure(app, data: dict, requests: int) -> dict[str, list[float]]:
             "member list (10 per instance)": lambda: client.get(f"/v1/instances/{rng.choice(ids)}/members"),
         }
         for name, call in cases.items():
-            for _ in range(30):  # warm-up: pool connections, plan caches
+            for _ in range(warmup):  # warm-up: pool connections, plan caches
                 (await call()).raise_for_status()
             samples = []
             for _ in range(requests):
@@ -140,11 +161,116 @@ async def measure(app, data: dict, requests: int) -> dict[str, list[float]]:
     return results
 
 
+# An OTLP/HTTP collector stand-in, in a process of its own as a real collector is: it reads each
+# export, answers 200 with an empty response, and tells on GET how many exports and bytes it read.
+COLLECTOR = """
+import http.server, json, sys
+seen = {"exports": 0, "bytes": 0}
+class Handler(http.server.BaseHTTPRequestHandler):
+    def do_POST(self):
+        seen["bytes"] += len(self.rfile.read(int(self.headers.get("Content-Length") or 0)))
+        seen["exports"] += 1
+        self.send_response(200)
+        self.send_header("Content-Type", "application/x-protobuf")
+        self.send_header("Content-Length", "0")
+        self.end_headers()
+    def do_GET(self):
+        body = json.dumps(seen).encode()
+        self.send_response(200)
+        self.send_header("Content-Length", str(len(body)))
+        self.end_headers()
+        self.wfile.write(body)
+    def log_message(self, *args):
+        pass
+server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+print(server.server_port, flush=True)
+server.serve_forever()
+"""
+
+
+class Observability:
+    """Switches logging and tracing between the bench's two modes (metrics go with the app's settings)."""
+
+    def __init__(self, log_file: Path):
+        self.log_file = log_file.open("a")
+        # The bench's own HTTP client logs every request at INFO: that is not the service's cost.
+        logging.getLogger("httpx").setLevel(logging.WARNING)
+        self.collector = subprocess.Popen([sys.executable, "-c", COLLECTOR], stdout=subprocess.PIPE, text=True)
+        self.endpoint = f"http://127.0.0.1:{int(self.collector.stdout.readline())}"
+
+    def on(self) -> None:
+        logs.configure("INFO", "json", stream=self.log_file)
+        tracing.configure("otlp", self.endpoint, service_name="gpuaas-bench")
+
+    def off(self) -> None:
+        tracing.uninstall()  # flushes what is batched, outside the timed requests
+        logs.configure("WARNING", "json", stream=self.log_file)
+
+    def close(self) -> dict:
+        self.off()
+        seen = httpx.get(self.endpoint).json()
+        self.collector.terminate()
+        self.collector.wait(10)
+        self.log_file.close()
+        return seen
+
+
+def compare(database, data: dict, requests: int, rounds: int, log_file: Path) -> tuple[dict, dict, list]:
+    """Alternating rounds of off and on (the order swapped each round), `requests` per endpoint each.
+    Short rounds, many of them: on a shared machine the load drifts, and each round's pair sees the
+    same load. Returns the samples by mode and endpoint, what the collector read, and the p50 ratio
+    of each round (geometric mean over endpoints), which shows the noise."""
+    apps = {"off": create_app(database, settings=Settings(metrics_enabled=False)),
+            "on": create_app(database, settings=Settings(metrics_enabled=True))}
+    cursors = asyncio.run(keyset_cursors(apps["off"], data))
+    switch = Observability(log_file)
+    samples: dict[str, dict[str, list[float]]] = {"off": {}, "on": {}}
+    per_round = []
+    try:
+        for n in range(rounds):
+            got = {}
+            for mode in ("off", "on") if n % 2 == 0 else ("on", "off"):
+                getattr(switch, mode)()
+                got[mode] = asyncio.run(measure(apps[mode], data, requests, seed=n, warmup=30 if n < 2 else 5,
+                                                cursors=cursors))
+                for name, values in got[mode].items():
+                    samples[mode].setdefault(name, []).extend(values)
+            per_round.append(statistics.geometric_mean(pct(got["on"][k], 50) / pct(got["off"][k], 50)
+                                                       for k in got["off"]))
+    finally:
+        exported = switch.close()
+    return samples, exported, per_round
+
+
+def report_comparison(samples: dict[str, dict[str, list[float]]], exported: dict, per_round: list[float],
+                      log_file: Path) -> float:
+    print(f"\n{'endpoint':34} {'n':>5} {'p50 off':>8} {'p50 on':>8} {'ratio':>6} {'p99 off':>8} {'p99 on':>8}")
+    ratios = []
+    for name, off in samples["off"].items():
+        on = samples["on"][name]
+        ratio = pct(on, 50) / pct(off, 50)
+        ratios.append(ratio)
+        print(f"{name:34} {len(on):5d} {pct(off, 50):8.2f} {pct(on, 50):8.2f} {ratio:6.3f} "
+              f"{pct(off, 99):8.2f} {pct(on, 99):8.2f}")
+    overall = statistics.geometric_mean(ratios)
+    lines = sum(1 for _ in log_file.open())
+    print(f"\np50 ratio, logging + metrics + tracing on / off: {overall:.3f} (geometric mean over endpoints)")
+    quartiles = statistics.quantiles(per_round, n=4) if len(per_round) > 1 else per_round * 3
+    print(f"per round ({len(per_round)}): median {statistics.median(per_round):.3f}, quartiles "
+          f"{quartiles[0]:.3f} .. {quartiles[2]:.3f}, range {min(per_round):.3f} .. {max(per_round):.3f}")
+    print(f"on: {lines} JSON log lines written, {exported['exports']} OTLP exports "
+          f"({exported['bytes'] / 1024:.0f} KiB) read by the collector stand-in")
+    return overall
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--instances", type=int, default=10_000)
     parser.add_argument("--members-per-instance", type=int, default=10)
-    parser.add_argument("--requests", type=int, default=1000, help="timed requests per endpoint")
+    parser.add_argument("--requests", type=int, default=1000, help="timed requests per endpoint (per round)")
+    parser.add_argument("--observability", choices=("default", "compare"), default="default",
+                        help="compare: logging, metrics and tracing off against on (see above)")
+    parser.add_argument("--rounds", type=int, default=20, help="with --observability compare: rounds of each mode")
     args = parser.parse_args()
 
     with tempfile.TemporaryDirectory(prefix="gpuaas-bench-") as tmp:
@@ -162,7 +288,13 @@ def main() -> int:
             database = dbmod.Database(url, min_size=2, max_size=4)
             database.open()
             try:
-                results = asyncio.run(measure(create_app(database), data, args.requests))
+                if args.observability == "compare":
+                    log_file = Path(tmp) / "access.jsonl"
+                    samples, exported, per_round = compare(database, data, args.requests, args.rounds, log_file)
+                    report_comparison(samples, exported, per_round, log_file)
+                    results = samples["on"]
+                else:
+                    results = asyncio.run(measure(create_app(database), data, args.requests))
             finally:
                 database.close()
         finally:
