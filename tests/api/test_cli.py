@@ -96,7 +96,7 @@ def test_serve_with_embedded_postgres_and_sigterm(tmp_path):
         assert (data_dir / "pgdata" / "PG_VERSION").exists()
         postmaster = int((data_dir / "pgdata" / "postmaster.pid").read_text().split()[0])
         assert Path(f"/proc/{postmaster}/stat").read_text().split(")")[-1].split()[1] == str(proc.pid)
-        spec = httpx.get(f"http://127.0.0.1:{port}/openapi.json", timeout=5).json()
+        spec = httpx.get(f"http://127.0.0.1:{port}/openapi.json", timeout=60).json()  # built on first request
         assert "/v1/projects/{project_id}/instances" in spec["paths"]
         boot = run(["admin", "bootstrap"], {"GPUAAS_DATA_DIR": str(data_dir), "XDG_RUNTIME_DIR": str(tmp_path)})
         me = httpx.get(f"http://127.0.0.1:{port}/v1/me", headers={"Authorization": f"Bearer {boot.stdout.strip()}"})
