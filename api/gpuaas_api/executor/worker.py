@@ -167,21 +167,22 @@ class Worker:
         if op is None:
             return False
         token = correlation.use(op["correlation_id"])
-        # Every line about this run carries its ids; its span continues the accepting request's trace.
-        with logs.bind(operation_id=op["id"], tenant_id=op["tenant_id"], project_id=op["project_id"],
-                       instance_id=op["instance_id"]), tracing.operation_span(op, claim_started) as span:
-            log.info("operation %s %s: claimed by %s (attempt %d of %d)", op["id"], op["kind"], slot, op["attempt"],
-                     op["max_attempts"])
-            try:
-                result = self._execute(op, slot)
-            except Exception as exc:  # noqa: BLE001 - a bug must fail the operation, not kill the worker
-                log.exception("operation %s: unexpected error", op["id"])
-                result = self._finish(op, slot, "failed", {
-                    "code": "internal_error", "message": f"the worker failed running it ({type(exc).__name__})"})
-            finally:
-                correlation._current.reset(token)
-            span.set_attribute("gpuaas.operation.result", result)
-            log.info("operation %s %s: %s after %.1f s", op["id"], op["kind"], result, time.monotonic() - started)
+        try:
+            # Every line about this run carries its ids; its span continues the accepting request's trace.
+            with logs.bind(operation_id=op["id"], tenant_id=op["tenant_id"], project_id=op["project_id"],
+                           instance_id=op["instance_id"]), tracing.operation_span(op, claim_started) as span:
+                log.info("operation %s %s: claimed by %s (attempt %d of %d)", op["id"], op["kind"], slot,
+                         op["attempt"], op["max_attempts"])
+                try:
+                    result = self._execute(op, slot)
+                except Exception as exc:  # noqa: BLE001 - a bug must fail the operation, not kill the worker
+                    log.exception("operation %s: unexpected error", op["id"])
+                    result = self._finish(op, slot, "failed", {
+                        "code": "internal_error", "message": f"the worker failed running it ({type(exc).__name__})"})
+                span.set_attribute("gpuaas.operation.result", result)
+                log.info("operation %s %s: %s after %.1f s", op["id"], op["kind"], result, time.monotonic() - started)
+        finally:
+            correlation._current.reset(token)
         metrics.operation_finished(op["kind"], result, time.monotonic() - started)
         return True
 
