@@ -10,10 +10,11 @@ client; the database is the embedded PostgreSQL unless DATABASE_URL points elsew
 
 `--observability compare` measures the same requests with logging, metrics and tracing off and on,
 in alternating rounds (the order swapped each round), and reports the p50 ratio (on / off) per
-endpoint and over all. Off: metrics_enabled=false, log level WARNING (no access lines), no tracer.
-On: the serve defaults plus tracing: JSON access lines at INFO written to a file, the request
-histogram, and every request's span batched and exported over OTLP/HTTP to a collector stand-in on
-loopback that reads and acknowledges each export.
+endpoint and over all, the spread of the per-round ratios, and the bench process's CPU time per
+request in each mode (steadier than wall time on a shared machine). Off: metrics_enabled=false, log
+level WARNING (no access lines), no tracer. On: the serve defaults plus tracing: JSON access lines at
+INFO written to a file, the request histogram, and every request's span batched and exported over
+OTLP/HTTP to a collector stand-in (its own process, on loopback) that reads and acknowledges each export.
 """
 
 from __future__ import annotations
@@ -130,7 +131,9 @@ async def keyset_cursors(app, data: dict) -> list[str]:
 
 
 async def measure(app, data: dict, requests: int, seed: int = 7, warmup: int = 30,
-                  cursors: list[str] | None = None) -> dict[str, list[float]]:
+                  cursors: list[str] | None = None, cpu: dict[str, float] | None = None) -> dict[str, list[float]]:
+    """Wall-clock ms per request, by endpoint; with `cpu`, also adds up this process's CPU seconds
+    (all its threads: the event loop, the handler threads, the log handler, the span exporter)."""
     headers = {"Authorization": f"Bearer {data['token']}"}
     rng = random.Random(seed)
     project, ids = data["project"], data["instances"]
@@ -152,12 +155,15 @@ async def measure(app, data: dict, requests: int, seed: int = 7, warmup: int = 3
             for _ in range(warmup):  # warm-up: pool connections, plan caches
                 (await call()).raise_for_status()
             samples = []
+            cpu_started = time.process_time()
             for _ in range(requests):
                 t0 = time.perf_counter()
                 response = await call()
                 samples.append((time.perf_counter() - t0) * 1000)
                 response.raise_for_status()
             results[name] = samples
+            if cpu is not None:
+                cpu[name] = cpu.get(name, 0.0) + time.process_time() - cpu_started
     return results
 
 
@@ -215,7 +221,7 @@ class Observability:
         return seen
 
 
-def compare(database, data: dict, requests: int, rounds: int, log_file: Path) -> tuple[dict, dict, list]:
+def compare(database, data: dict, requests: int, rounds: int, log_file: Path) -> tuple[dict, dict, list, dict]:
     """Alternating rounds of off and on (the order swapped each round), `requests` per endpoint each.
     Short rounds, many of them: on a shared machine the load drifts, and each round's pair sees the
     same load. Returns the samples by mode and endpoint, what the collector read, and the p50 ratio
@@ -225,6 +231,7 @@ def compare(database, data: dict, requests: int, rounds: int, log_file: Path) ->
     cursors = asyncio.run(keyset_cursors(apps["off"], data))
     switch = Observability(log_file)
     samples: dict[str, dict[str, list[float]]] = {"off": {}, "on": {}}
+    cpu: dict[str, dict[str, float]] = {"off": {}, "on": {}}
     per_round = []
     try:
         for n in range(rounds):
@@ -232,32 +239,37 @@ def compare(database, data: dict, requests: int, rounds: int, log_file: Path) ->
             for mode in ("off", "on") if n % 2 == 0 else ("on", "off"):
                 getattr(switch, mode)()
                 got[mode] = asyncio.run(measure(apps[mode], data, requests, seed=n, warmup=30 if n < 2 else 5,
-                                                cursors=cursors))
+                                                cursors=cursors, cpu=cpu[mode]))
                 for name, values in got[mode].items():
                     samples[mode].setdefault(name, []).extend(values)
             per_round.append(statistics.geometric_mean(pct(got["on"][k], 50) / pct(got["off"][k], 50)
                                                        for k in got["off"]))
     finally:
         exported = switch.close()
-    return samples, exported, per_round
+    return samples, exported, per_round, cpu
 
 
 def report_comparison(samples: dict[str, dict[str, list[float]]], exported: dict, per_round: list[float],
-                      log_file: Path) -> float:
-    print(f"\n{'endpoint':34} {'n':>5} {'p50 off':>8} {'p50 on':>8} {'ratio':>6} {'p99 off':>8} {'p99 on':>8}")
-    ratios = []
+                      cpu: dict[str, dict[str, float]], log_file: Path) -> float:
+    print(f"\n{'endpoint':34} {'n':>5} {'p50 off':>8} {'p50 on':>8} {'ratio':>6} {'p99 off':>8} {'p99 on':>8} "
+          f"{'cpu off':>8} {'cpu on':>8} {'ratio':>6}")
+    ratios, cpu_ratios = [], []
     for name, off in samples["off"].items():
         on = samples["on"][name]
         ratio = pct(on, 50) / pct(off, 50)
         ratios.append(ratio)
+        cpu_off, cpu_on = (cpu[m][name] * 1000 / len(samples[m][name]) for m in ("off", "on"))
+        cpu_ratios.append(cpu_on / cpu_off)
         print(f"{name:34} {len(on):5d} {pct(off, 50):8.2f} {pct(on, 50):8.2f} {ratio:6.3f} "
-              f"{pct(off, 99):8.2f} {pct(on, 99):8.2f}")
+              f"{pct(off, 99):8.2f} {pct(on, 99):8.2f} {cpu_off:8.3f} {cpu_on:8.3f} {cpu_on / cpu_off:6.3f}")
+    print("(ms; cpu: this process's CPU time per request, all threads; PostgreSQL's is not in it)")
     overall = statistics.geometric_mean(ratios)
     lines = sum(1 for _ in log_file.open())
     print(f"\np50 ratio, logging + metrics + tracing on / off: {overall:.3f} (geometric mean over endpoints)")
     quartiles = statistics.quantiles(per_round, n=4) if len(per_round) > 1 else per_round * 3
     print(f"per round ({len(per_round)}): median {statistics.median(per_round):.3f}, quartiles "
           f"{quartiles[0]:.3f} .. {quartiles[2]:.3f}, range {min(per_round):.3f} .. {max(per_round):.3f}")
+    print(f"CPU per request, on / off: {statistics.geometric_mean(cpu_ratios):.3f} (geometric mean over endpoints)")
     print(f"on: {lines} JSON log lines written, {exported['exports']} OTLP exports "
           f"({exported['bytes'] / 1024:.0f} KiB) read by the collector stand-in")
     return overall
@@ -290,8 +302,8 @@ def main() -> int:
             try:
                 if args.observability == "compare":
                     log_file = Path(tmp) / "access.jsonl"
-                    samples, exported, per_round = compare(database, data, args.requests, args.rounds, log_file)
-                    report_comparison(samples, exported, per_round, log_file)
+                    samples, exported, per_round, cpu = compare(database, data, args.requests, args.rounds, log_file)
+                    report_comparison(samples, exported, per_round, cpu, log_file)
                     results = samples["on"]
                 else:
                     results = asyncio.run(measure(create_app(database), data, args.requests))
