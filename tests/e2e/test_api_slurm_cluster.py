@@ -2,18 +2,26 @@
 deploys and operates a Slurm cluster through the HTTP API only; after each step the test reads the
 real Slurm state on the hosts and the instance's timeline.
 
-This is the `gpuaas demo` flow, step by step, with the checks the demo only prints; then an upgrade
-through two registered builds of this collection that pin their own package versions, and a rollback.
+This is the `gpuaas demo` flow, step by step, with the checks the demo only prints; an AWX job on the
+deployed cluster, run as AWX runs one but without AWX; then an upgrade through two registered builds of this
+collection that pin their own package versions, and a rollback.
 """
 
 import io
+import json
+import os
 import shutil
 import tarfile
+import tempfile
 import time
 import uuid
 from concurrent.futures import ThreadPoolExecutor
 
+import ansible_runner
 import pytest
+import yaml
+from awx.project import BIN, ROOT, project_update
+from gpuaas_api import testhosts
 from gpuaas_api.catalog.register import register
 from gpuaas_api.demo import Demo
 
@@ -82,6 +90,86 @@ def test_deploy_runs_jobs_and_reports_running(demo):
     for key in ("correlation_id", "tenant_id", "project_id", "app_slug", "operating_mode", "control_plane_scope",
                 "runtime_backend"):
         assert sample[key], key
+
+
+# -- An AWX job, without AWX ----------------------------------------------------------------------------
+# What AWX does for a job template of this project (docs/awx.md): the project update installs the collection from
+# collections/requirements.yml; the inventory source is the collection's inventory plugin reading the control
+# service, with the token injected into the environment by a credential; the job runs the project's playbook
+# through ansible_runner.run, with the machine credential's key loaded into an ssh-agent (ansible-runner's
+# ssh_key), the survey's answers as extra variables and ANSIBLE_HOST_KEY_CHECKING=False (AWX's default). Like
+# AWX, each job gets a private data directory that is removed afterwards: ansible-runner records the job's
+# environment, and with it the token, in artifacts/<ident>/command.
+AWX_WORKER = "w2"
+REFUSAL = "The gpuaas.apps Slurm playbooks do not take --limit"  # tests/collection/test_limit.py
+HOW_TO_TARGET = "-e slurm_members=<host>[,<host>...]"
+
+
+@pytest.fixture(scope="module")
+def awx_project(demo, tmp_path_factory) -> dict:
+    base = tmp_path_factory.mktemp("awx")
+    project_update(base / "collections")
+    source = base / "gpuaas.yml"  # no token in it: the plugin reads GPUAAS_TOKEN
+    source.write_text(yaml.safe_dump({"plugin": "gpuaas.apps.gpuaas", "url": demo.admin.base_url,
+                                      "project_id": demo.ids["project"], "instances": ["hpc"]}))
+    return {"collections": base / "collections", "inventory": source}
+
+
+def survey_answers(playbook: str, **answers) -> dict:
+    """The extra variables of a job launched with the survey of awx/surveys/<playbook>.json: every question's
+    default, then the answers given."""
+    spec = json.loads((ROOT / "awx" / "surveys" / f"{playbook}.json").read_text())["spec"]
+    return {q["variable"]: q["default"] for q in spec if "default" in q} | answers
+
+
+def awx_job(demo, project: dict, playbook: str, extravars: dict, limit: str = "", verbosity: int = 0) -> dict:
+    """Runs playbooks/<playbook>.yml as an AWX job; returns its status, events and stdout."""
+    env = {"GPUAAS_TOKEN": demo.sa.token, "ANSIBLE_COLLECTIONS_PATH": str(project["collections"]),
+           "ANSIBLE_HOST_KEY_CHECKING": "False", "ANSIBLE_INVENTORY_UNPARSED_FAILED": "True",
+           "ANSIBLE_NOCOLOR": "1", "PATH": f"{BIN}:{os.environ['PATH']}"}
+    with tempfile.TemporaryDirectory(prefix="gpuaas-awx-job-") as private:
+        run = ansible_runner.run(private_data_dir=private, project_dir=str(ROOT), playbook=f"playbooks/{playbook}.yml",
+                                 inventory=str(project["inventory"]), ssh_key=testhosts.SSH_KEY.read_text(),
+                                 extravars=extravars, envvars=env, limit=limit or None, verbosity=verbosity,
+                                 quiet=True)
+        return {"status": run.status, "rc": run.rc, "events": list(run.events), "stdout": run.stdout.read()}
+
+
+def task_output(stdout: str, task: str) -> str:
+    """The -vvv output of one task: from its TASK line to the next TASK or PLAY line."""
+    _, found, rest = stdout.partition(f"TASK [{task}]")
+    assert found, f"task {task!r} did not run"
+    return rest.split("\nTASK [")[0].split("\nPLAY ")[0]
+
+
+def test_an_awx_job_drains_and_resumes_a_worker(demo, awx_project):
+    assert node_states(demo) == {"w1": "idle", "w2": "idle"}
+    job = awx_job(demo, awx_project, "slurm_member_drain",
+                  survey_answers("slurm_member_drain", slurm_members=AWX_WORKER), verbosity=3)
+    assert job["status"] == "successful" and job["rc"] == 0, job["stdout"][-4000:]
+    assert node_states(demo) == {"w1": "idle", AWX_WORKER: "drain"}
+    # The drain is a play of playbooks/.internal/: its group_vars link gives it pipelining (no module file
+    # is copied to the controller first).
+    drain = task_output(job["stdout"], "Stop new jobs from landing on the workers")
+    address = demo.hosts["ctl"]["address"]
+    assert f"<{address}> ESTABLISH SSH CONNECTION" in drain and f"<{address}> PUT " not in drain, drain[-3000:]
+
+    job = awx_job(demo, awx_project, "slurm_member_resume",
+                  survey_answers("slurm_member_resume", slurm_members=AWX_WORKER))
+    assert job["status"] == "successful" and job["rc"] == 0, job["stdout"][-4000:]
+    assert node_states(demo) == {"w1": "idle", "w2": "idle"}
+    assert statuses(demo) == {"ctl": "active", "w1": "active", "w2": "active"}
+
+
+def test_an_awx_job_with_a_limit_is_refused_before_any_host_is_contacted(demo, awx_project):
+    job = awx_job(demo, awx_project, "slurm_member_drain",
+                  survey_answers("slurm_member_drain", slurm_members=AWX_WORKER), limit=AWX_WORKER)
+    assert job["status"] == "failed" and job["rc"] != 0
+    ran = [(e["event"], e["event_data"].get("task")) for e in job["events"] if e["event"].startswith("runner_on_")]
+    assert ran == [("runner_on_start", "Refuse --limit"), ("runner_on_failed", "Refuse --limit")], ran
+    failed = next(e for e in job["events"] if e["event"] == "runner_on_failed")["event_data"]["res"]["msg"]
+    assert REFUSAL in failed and f"(here '{AWX_WORKER}')" in failed and HOW_TO_TARGET in failed, failed
+    assert node_states(demo) == {"w1": "idle", "w2": "idle"}
 
 
 def test_member_add_joins_a_worker_without_restarting_the_others(demo):
