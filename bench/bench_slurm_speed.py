@@ -288,9 +288,10 @@ def report(rounds: list[dict], summary: dict, rows: list[dict]) -> None:
             print(f"\nProfile of {step}: none (callback {CALLBACK} not found)")
             continue
         print(f"\nProfile of {step} (median round, {profile['seconds']:.1f} s in the playbook)")
-        print("  play wall times:")
+        print("  play wall times (tasks in the play, skipped ones included):")
         for play in profile["plays"]:
-            print(f"    {play.get('seconds', 0.0):6.1f}  {play['name']}")
+            tasks = len({t["task"] for t in profile["tasks"] if t["play"] == play["name"]})
+            print(f"    {play.get('seconds', 0.0):6.1f}  {play['name']} ({tasks})")
         print(f"  top {TOP_TASKS} tasks by longest time on one host:")
         for t in top_tasks(profile):
             print(f"    {t['seconds']:6.1f}  {t['host']:<4} ({t['hosts']} host{'s' if t['hosts'] > 1 else ''})"
