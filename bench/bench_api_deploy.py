@@ -29,6 +29,7 @@ import base64
 import json
 import os
 import secrets
+import shutil
 import statistics
 import subprocess
 import sys
@@ -157,6 +158,13 @@ def main() -> int:
     finally:
         demo.prefix = f"bad{tag}a0"
         demo.close()
+        # the service's state (database, runs) goes once its PostgreSQL has stopped
+        deadline = time.monotonic() + 60
+        while (demo.state_dir / "postgres" / "pgdata" / "postmaster.pid").exists() and time.monotonic() < deadline:
+            time.sleep(0.5)
+        shutil.rmtree(demo.state_dir, ignore_errors=True)
+        if not any(workdir.glob("by-hand-*.log")):  # kept when a by-hand run failed
+            shutil.rmtree(workdir, ignore_errors=True)
     api = [r["wall"] for r in api_runs]
     hand = [r["wall"] for r in hand_runs]
     ratio = statistics.median(api) / statistics.median(hand)

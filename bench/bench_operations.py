@@ -26,6 +26,7 @@ from __future__ import annotations
 
 import argparse
 import os
+import shutil
 import statistics
 import sys
 import tempfile
@@ -224,6 +225,7 @@ def main() -> int:
               "(one committed INSERT per event, as during a run)")
     database.close()
     server.stop()
+    shutil.rmtree(tmp, ignore_errors=True)  # runs, markers (the test app writes its munge key there)
     return 0
 
 
