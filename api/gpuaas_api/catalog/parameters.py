@@ -50,13 +50,17 @@ def name_problem(name: str, platform_vars: set[str]) -> str | None:
     return None
 
 
-@lru_cache(maxsize=256)
-def _metaschema_error(schema_json: str) -> str | None:
+def _check_schema(schema: dict) -> str | None:
     try:
-        Draft202012Validator.check_schema(json.loads(schema_json))
+        Draft202012Validator.check_schema(schema)
     except SchemaError as exc:
         return exc.message
     return None
+
+
+@lru_cache(maxsize=256)
+def _metaschema_error(schema_json: str) -> str | None:
+    return _check_schema(json.loads(schema_json))
 
 
 def _schema_error(schema: dict) -> str | None:
@@ -65,11 +69,7 @@ def _schema_error(schema: dict) -> str | None:
     try:
         return _metaschema_error(json.dumps(schema, sort_keys=True))
     except TypeError:  # a value JSON cannot hold (a YAML date): checked as it is, not remembered
-        try:
-            Draft202012Validator.check_schema(schema)
-        except SchemaError as exc:
-            return exc.message
-        return None
+        return _check_schema(schema)
 
 
 def schema_problems(schema: dict, platform_vars: set[str]) -> list[str]:
