@@ -6,7 +6,8 @@ cd "$(dirname "$0")/.."
 
 APT_PACKAGES=(podman runc debootstrap catatonit skopeo uidmap slirp4netns fuse-overlayfs
               openssh-client rsync git curl jq busybox-static
-              postgresql)  # the control service's embedded PostgreSQL (run as its own child, in its state dir)
+              postgresql  # the control service's embedded PostgreSQL (run as its own child, in its state dir)
+              chromium)  # tests/console: the web console in a real headless browser (driven by Playwright)
 
 missing=()
 for pkg in "${APT_PACKAGES[@]}"; do

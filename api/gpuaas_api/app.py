@@ -17,6 +17,7 @@ from .allocations.routes import api as allocations_api
 from .audit.routes import api as audit_api
 from .catalog.routes import api as catalog_api
 from .config import Settings
+from .console import api as console_api
 from .content.routes import STREAMED_PREFIX
 from .content.routes import api as content_api
 from .correlation import CorrelationMiddleware
@@ -141,6 +142,7 @@ def create_app(database: dbmod.Database | None = None, settings: Settings | None
         app.include_router(r)
 
     docs.install(app)
+    app.include_router(console_api)  # the web console at /console/ (gpuaas_api.console, not in the schema)
 
     @app.get("/healthz", operation_id="health_live", response_model=Health, tags=["health"])
     def healthz():

@@ -1,0 +1,327 @@
+// The console: a project's instances, and an instance's members, operations and live timeline, read
+// through the public API with the token the user pasted in (kept in sessionStorage: gone when the tab
+// closes). Routes: #/ (the projects this token may read), #/projects/ID, #/instances/ID.
+
+import {Api, Refusal} from "./api.js";
+import {ago, badge, duration, el, link, replace, time} from "./dom.js";
+import {Progress, TERMINAL, describe} from "./progress.js";
+
+const TOKEN_KEY = "gpuaas.console.token";
+const TIMELINE_ROWS = 500;  // the newest rows shown; the whole timeline is one `gpuaas events tail` away
+const PROJECT_POLL_MS = 5000;
+
+const main = document.getElementById("main");
+const whoami = document.getElementById("whoami");
+const tokenForm = document.getElementById("token-form");
+const tokenInput = document.getElementById("token");
+const forget = document.getElementById("forget");
+let view = null;  // the view on screen: {stop()}
+
+function refusalBox(error, what) {
+  if (!(error instanceof Refusal)) {
+    return el("div", {class: "refusal", role: "alert"}, el("h2", {}, `Could not show ${what}`), String(error));
+  }
+  return el("div", {class: "refusal", role: "alert", "data-code": error.code},
+    el("h2", {}, `The service refused ${what}`),
+    el("p", {}, el("code", {class: "code"}, error.code), ": ", el("span", {class: "message"}, error.message),
+       error.status ? ` (HTTP ${error.status})` : ""),
+    error.correlationId
+      ? el("p", {}, "correlation id ", el("code", {class: "correlation-id"}, error.correlationId),
+           el("span", {class: "muted"}, " (search the service's logs with it)"))
+      : null);
+}
+
+// The projects whose instances this token may read, from GET /v1/me (as `gpuaas instances list` finds them).
+async function visibleProjects(api, me, signal) {
+  const projectIds = new Set(me.project_id ? [me.project_id] : []), tenantIds = new Set();
+  for (const grant of me.grants || []) {
+    if (!(grant.permissions || []).includes("apps.instance.read")) continue;
+    if (grant.scope_kind === "project" && grant.project_id) projectIds.add(grant.project_id);
+    else if (grant.scope_kind === "tenant" && grant.tenant_id) tenantIds.add(grant.tenant_id);
+  }
+  const projects = new Map();
+  for (const tenant of tenantIds) {
+    for (const p of await api.pages(`/v1/tenants/${tenant}/projects`, {}, {signal})) projects.set(p.id, p);
+  }
+  for (const id of projectIds) {
+    if (!projects.has(id)) projects.set(id, await api.get(`/v1/projects/${id}`, {}, {signal}));
+  }
+  return [...projects.values()].sort((a, b) => a.name.localeCompare(b.name) || a.id.localeCompare(b.id));
+}
+
+function membersSummary(instance) {
+  return (instance.topology?.roles || []).map((r) => `${r.name} ${r.member_count}/${r.desired_count}`).join(", ");
+}
+
+function homeView(api, me, signal) {
+  replace(main, el("p", {class: "hint"}, "Loading projects…"));
+  visibleProjects(api, me, signal).then((projects) => {
+    if (signal.aborted) return;
+    if (projects.length === 1) {
+      location.replace(`#/projects/${encodeURIComponent(projects[0].id)}`);
+      return;
+    }
+    replace(main, el("h1", {}, "Projects"),
+      projects.length
+        ? el("table", {},
+            el("thead", {}, el("tr", {}, el("th", {}, "Project"), el("th", {}, "Id"))),
+            el("tbody", {}, projects.map((p) => el("tr", {},
+              el("td", {}, link(`#/projects/${encodeURIComponent(p.id)}`, p.name)),
+              el("td", {class: "mono"}, p.id)))))
+        : el("p", {class: "hint"}, "This token may read no project's instances."));
+  }).catch((error) => signal.aborted || replace(main, refusalBox(error, "the project list")));
+}
+
+function projectView(api, projectId, signal) {
+  replace(main, el("p", {class: "hint"}, "Loading instances…"));
+  let project = null;
+  const body = el("tbody");
+  const render = (instances) => replace(body, instances.length ? instances.map((i) => el("tr", {"data-instance": i.id},
+    el("td", {class: "name"}, link(`#/instances/${encodeURIComponent(i.id)}`, i.name)),
+    el("td", {}, badge(i.status)),
+    el("td", {class: "reason"}, i.status_reason),
+    el("td", {}, `${i.app_slug} ${i.app_version}`),
+    el("td", {class: "members"}, membersSummary(i)),
+    el("td", {class: "muted"}, ago(i.updated_at)))) : el("tr", {}, el("td", {colspan: 6, class: "hint"}, "No instances.")));
+  const load = async () => {
+    project = project || await api.get(`/v1/projects/${encodeURIComponent(projectId)}`, {}, {signal});
+    const instances = await api.pages(`/v1/projects/${encodeURIComponent(projectId)}/instances`, {}, {signal});
+    if (signal.aborted) return;
+    if (!body.isConnected) {
+      replace(main, el("h1", {}, "Project ", el("span", {class: "project-name"}, project.name)),
+        el("p", {class: "muted mono"}, project.id),
+        el("section", {}, el("h2", {}, "Instances"), el("table", {class: "instances"},
+          el("thead", {}, el("tr", {}, ["Instance", "Status", "Reason", "App", "Members per role", "Updated"]
+            .map((h) => el("th", {}, h)))), body)));
+    }
+    render(instances);
+  };
+  const poll = () => load().then(() => signal.aborted || setTimeout(poll, PROJECT_POLL_MS))
+    .catch((error) => signal.aborted || replace(main, refusalBox(error, "this project")));
+  poll();
+}
+
+function instanceView(api, instanceId, signal) {
+  const id = encodeURIComponent(instanceId);
+  const state = {instance: null, members: [], ops: new Map(), progress: new Map(), events: [],
+                 filter: null, stream: "connecting", streamDetail: null};
+  const parts = {head: el("div"), failure: el("div"), members: el("tbody"), ops: el("tbody"),
+                 timeline: el("tbody"), toolbar: el("div", {class: "toolbar"})};
+  replace(main, el("p", {class: "hint"}, "Loading instance…"));
+
+  const track = (op) => {
+    state.ops.set(op.id, op);
+    const progress = state.progress.get(op.id) || new Progress(op);
+    progress.op = op;
+    if (!state.progress.has(op.id)) {
+      state.progress.set(op.id, progress);
+      for (const event of state.events) progress.apply(event);
+    }
+  };
+
+  const renderHead = () => {
+    const i = state.instance;
+    replace(parts.head,
+      el("h1", {}, "Instance ", el("span", {class: "instance-name"}, i.name), " ", badge(i.status)),
+      el("dl", {class: "facts"},
+        el("dt", {}, "reason"), el("dd", {class: "status-reason"}, i.status_reason || "—"),
+        el("dt", {}, "app"), el("dd", {}, `${i.app_slug} ${i.app_version}`),
+        el("dt", {}, "members"), el("dd", {}, membersSummary(i)),
+        el("dt", {}, "project"), el("dd", {}, link(`#/projects/${encodeURIComponent(i.project_id)}`, i.project_id)),
+        el("dt", {}, "id"), el("dd", {class: "mono"}, i.id)));
+  };
+
+  const renderMembers = () => replace(parts.members, state.members.map((m) => el("tr", {},
+    el("td", {}, m.role), el("td", {class: "mono"}, m.node_name), el("td", {class: "host"}, m.host_name),
+    el("td", {}, badge(m.status)), el("td", {class: "reason"}, m.status_reason))));
+
+  const correlationLink = (cid) => {
+    const a = el("a", {href: "#", class: "correlation-id mono", title: "show only this operation's events"}, cid);
+    a.addEventListener("click", (ev) => {
+      ev.preventDefault();
+      state.filter = state.filter === cid ? null : cid;
+      renderTimeline();
+      renderToolbar();
+    });
+    return a;
+  };
+
+  const renderOps = () => {
+    const ops = [...state.ops.values()].reverse();  // newest first
+    replace(parts.ops, ops.length ? ops.map((op) => {
+      const p = state.progress.get(op.id);
+      const hosts = [...p.running].map(([host, task]) => `${host}: ${task}`).join("; ");
+      return el("tr", {"data-operation": op.id, "data-status": op.status},
+        el("td", {}, op.kind), el("td", {}, badge(op.status)), el("td", {}, `${op.attempt} of ${op.max_attempts}`),
+        el("td", {class: "tasks"}, el("progress", {max: Math.max(p.started, 1), value: p.done}),
+           `${p.done}/${p.started}`, p.failed ? `, ${p.failed} failed` : ""),
+        el("td", {class: "hosts"}, hosts || [...p.hosts].join(", ")),
+        el("td", {}, duration(p.elapsed())),
+        el("td", {class: "error"}, op.error ? `${op.error.code}: ${op.error.message}` : ""),
+        el("td", {class: "cid"}, correlationLink(op.correlation_id)));
+    }) : el("tr", {}, el("td", {colspan: 8, class: "hint"}, "No operations yet.")));
+  };
+
+  // The newest failed operation: its error, the task that failed with its host and message, and the
+  // correlation id that finds its log lines, trace and events.
+  const renderFailure = () => {
+    const failed = [...state.ops.values()].reverse().find((op) => op.status === "failed");
+    if (!failed) return replace(parts.failure);
+    const p = state.progress.get(failed.id);
+    const cid = failed.correlation_id;
+    replace(parts.failure, el("div", {class: "failure", role: "alert", "data-operation": failed.id},
+      el("h2", {}, `${failed.kind} failed`),
+      el("dl", {class: "facts"},
+        el("dt", {}, "error"), el("dd", {class: "error"}, failed.error
+          ? `${failed.error.code}: ${failed.error.message}` : "failed"),
+        p.failure ? [el("dt", {}, "task"), el("dd", {class: "task"}, p.failure.task),
+                     el("dt", {}, "host"), el("dd", {class: "host"}, p.failure.host)] : null,
+        el("dt", {}, "finished"), el("dd", {}, time(failed.finished_at)),
+        el("dt", {}, "correlation id"), el("dd", {}, el("code", {class: "correlation-id"}, cid))),
+      p.failure ? el("div", {class: "message task-message"}, String(p.failure.message)) : null,
+      el("p", {class: "muted"}, "Search the logs of serve and the workers with the correlation id: ",
+         el("code", {}, `jq -cR 'fromjson? | select(.correlation_id == "${cid}")'`))));
+  };
+
+  const eventRow = (event, fresh) => el("tr", {class: [fresh ? "fresh" : "", event.type.endsWith("failed")
+      || event.type === "run.host_unreachable" ? "event-failed" : ""].join(" ").trim() || null,
+    "data-event": event.id, "data-type": event.type},
+    el("td", {class: "mono"}, event.id), el("td", {}, time(event.occurred_at)), el("td", {class: "type"}, event.type),
+    el("td", {class: "detail"}, describe(event)), el("td", {class: "cid mono muted"}, event.correlation_id));
+
+  const shown = () => state.events.filter((e) => !state.filter || e.correlation_id === state.filter)
+    .slice(-TIMELINE_ROWS).reverse();
+  const renderTimeline = () => replace(parts.timeline, shown().map((e) => eventRow(e, false)));
+
+  const renderToolbar = () => {
+    const clear = state.filter ? el("button", {type: "button"}, "Show all events") : null;
+    clear?.addEventListener("click", () => {
+      state.filter = null;
+      renderTimeline();
+      renderToolbar();
+    });
+    replace(parts.toolbar,
+      el("span", {class: "muted"}, `${state.events.length} events`),
+      state.filter ? el("span", {}, "correlation id ", el("code", {class: "filter"}, state.filter)) : null, clear,
+      el("span", {class: "stream"}, "stream ", badge(state.stream),
+         state.streamDetail ? el("span", {class: "muted"}, ` ${state.streamDetail}`) : null));
+  };
+
+  const refresh = async () => {
+    // The instance first: when the token may not read it, its refusal is the one the page shows.
+    const instance = await api.get(`/v1/instances/${id}`, {}, {signal});
+    const [members, ops] = await Promise.all([api.pages(`/v1/instances/${id}/members`, {}, {signal}),
+                                              api.pages(`/v1/instances/${id}/operations`, {}, {signal})]);
+    state.instance = instance;
+    state.members = members;
+    for (const op of ops) track(op);
+  };
+
+  let pending = null;
+  const refreshSoon = () => {
+    pending = pending || setTimeout(() => {
+      pending = null;
+      if (signal.aborted) return;
+      refresh().then(() => signal.aborted || (renderHead(), renderMembers(), renderOps(), renderFailure()))
+        .catch((error) => signal.aborted || replace(parts.failure, refusalBox(error, "a refresh")));
+    }, 300);
+  };
+
+  const onEvent = (event) => {
+    if (state.events.length && event.id <= state.events[state.events.length - 1].id) return;
+    state.events.push(event);
+    for (const p of state.progress.values()) p.apply(event);
+    if (!state.filter || event.correlation_id === state.filter) {
+      parts.timeline.prepend(eventRow(event, true));
+      while (parts.timeline.childElementCount > TIMELINE_ROWS) parts.timeline.lastElementChild.remove();
+    }
+    if (!event.type.startsWith("run.") || event.type === "run.task_failed") refreshSoon();
+    renderOps();
+    renderToolbar();
+  };
+
+  const onState = (stream, detail) => {
+    state.stream = stream;
+    state.streamDetail = detail instanceof Refusal
+      ? `${detail.code}: ${detail.message} (correlation id ${detail.correlationId})`
+      : detail ? String(detail.message || detail) : null;
+    renderToolbar();
+    if (stream === "live") refreshSoon();  // anything that changed while the stream was down
+  };
+
+  (async () => {
+    await refresh();
+    state.events = await api.pages(`/v1/instances/${id}/events`, {}, {signal}, 40);
+    for (const p of state.progress.values()) for (const event of state.events) p.apply(event);
+    if (signal.aborted) return;
+    renderHead();
+    renderMembers();
+    renderOps();
+    renderFailure();
+    renderTimeline();
+    renderToolbar();
+    replace(main, parts.head, parts.failure,
+      el("section", {}, el("h2", {}, "Members"), el("table", {class: "members"},
+        el("thead", {}, el("tr", {}, ["Role", "Node", "Host", "Status", "Reason"].map((h) => el("th", {}, h)))),
+        parts.members)),
+      el("section", {}, el("h2", {}, "Operations"), el("table", {class: "operations"},
+        el("thead", {}, el("tr", {}, ["Kind", "Status", "Attempt", "Tasks done/started", "Hosts", "Elapsed",
+                                      "Error", "Correlation id"].map((h) => el("th", {}, h)))),
+        parts.ops)),
+      el("section", {}, el("h2", {}, "Timeline"), parts.toolbar, el("table", {class: "timeline"},
+        el("thead", {}, el("tr", {}, ["Event", "Time (UTC)", "Type", "Details", "Correlation id"]
+          .map((h) => el("th", {}, h)))),
+        parts.timeline)));
+    const last = state.events.length ? state.events[state.events.length - 1].id : 0;
+    const ticker = setInterval(() => {
+      if ([...state.ops.values()].some((op) => !TERMINAL.includes(op.status))) renderOps();
+    }, 1000);
+    signal.addEventListener("abort", () => clearInterval(ticker));
+    await api.follow(instanceId, last, {onEvent, onState, signal});
+  })().catch((error) => signal.aborted || replace(main, refusalBox(error, "this instance")));
+}
+
+async function route() {
+  view?.abort();
+  view = new AbortController();
+  const signal = view.signal;
+  const token = sessionStorage.getItem(TOKEN_KEY);
+  tokenForm.hidden = Boolean(token);
+  forget.hidden = !token;
+  replace(whoami);
+  if (!token) {
+    replace(main, el("p", {class: "hint"}, "Paste an API token above. The console shows what that token may read " +
+      "through the API, and keeps the token in this tab only (sessionStorage)."));
+    return;
+  }
+  const api = new Api(token);
+  let me;
+  try {
+    me = await api.get("/v1/me", {}, {signal});
+  } catch (error) {
+    if (signal.aborted) return;
+    tokenForm.hidden = false;
+    replace(main, refusalBox(error, "this token"));
+    return;
+  }
+  if (signal.aborted) return;
+  replace(whoami, `${me.kind.replace("_", " ")} `, el("strong", {}, me.name));
+  const match = location.hash.match(/^#\/(projects|instances)\/([^/?#]+)$/);
+  if (match?.[1] === "instances") instanceView(api, decodeURIComponent(match[2]), signal);
+  else if (match?.[1] === "projects") projectView(api, decodeURIComponent(match[2]), signal);
+  else homeView(api, me, signal);
+}
+
+tokenForm.addEventListener("submit", (ev) => {
+  ev.preventDefault();
+  const token = tokenInput.value.trim();
+  tokenInput.value = "";
+  if (token) sessionStorage.setItem(TOKEN_KEY, token);
+  route();
+});
+forget.addEventListener("click", () => {
+  sessionStorage.removeItem(TOKEN_KEY);
+  route();
+});
+window.addEventListener("hashchange", route);
+route();
