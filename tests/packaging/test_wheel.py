@@ -53,6 +53,8 @@ def test_the_wheel_carries_the_migrations(wheelhouse):
     shipped = sorted(Path(n).name for n in names if n.startswith("gpuaas_api/migrations/") and n.endswith(".sql"))
     assert shipped == sorted(p.name for p in (ROOT / "api/gpuaas_api/migrations").glob("*.sql"))
     assert "gpuaas_api/embedded_db.py" in names
+    console = sorted(Path(n).name for n in names if n.startswith("gpuaas_api/console/static/"))
+    assert console == sorted(p.name for p in (ROOT / "api/gpuaas_api/console/static").iterdir()), console
 
 
 def test_installed_outside_the_checkout_migrates_serves_and_answers(installed, tmp_path):
@@ -88,6 +90,10 @@ def test_installed_outside_the_checkout_migrates_serves_and_answers(installed, t
             assert serve.poll() is None and time.monotonic() < deadline, "serve did not become ready"
             time.sleep(0.3)
         token = gpuaas(venv, ["admin", "bootstrap", "--email", "ops@example.com"], env, work).stdout.strip()
+        # The web console's files come from the installed package (tests/console runs the page itself).
+        page = httpx.get(f"{base}/console/console.js")
+        assert page.status_code == 200, page.text
+        assert page.text == (ROOT / "api/gpuaas_api/console/static/console.js").read_text()
         auth = {"Authorization": f"Bearer {token}"}
         assert httpx.get(f"{base}/v1/me", headers=auth).json()["grants"][0]["role"] == "platform_admin"
         tenant = httpx.post(f"{base}/v1/tenants", headers=auth, json={"name": "acme"})

@@ -15,7 +15,7 @@ const whoami = document.getElementById("whoami");
 const tokenForm = document.getElementById("token-form");
 const tokenInput = document.getElementById("token");
 const forget = document.getElementById("forget");
-let view = null;  // the view on screen: {stop()}
+let view = null;  // the AbortController of the view on screen: aborting it stops its requests, stream and timers
 
 function refusalBox(error, what) {
   if (!(error instanceof Refusal)) {
