@@ -157,6 +157,11 @@ def test_another_projects_instance_is_refused_with_the_services_correlation_id(o
     expect(page.locator("h1 .instance-name")).to_have_text("slurm-a2")
     assert page.evaluate("sessionStorage.length") == 1
 
+    # A tenant admin reads every project of its tenant, and no other tenant's.
+    page.click("#forget")
+    console.open(ops.w.tokens["tenant_admin"], "#/")
+    expect(page.locator("main table tbody td a")).to_have_text(["project-a1", "project-a2"])
+
     # A token the service does not accept: the form comes back with the refusal.
     page.click("#forget")
     page.fill("#token", "gpa_not-a-token")
