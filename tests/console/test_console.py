@@ -168,6 +168,8 @@ def test_another_projects_instance_is_refused_with_the_services_correlation_id(o
     page.click("#token-form button[type=submit]")
     expect(page.locator(".refusal .code")).to_have_text("unauthenticated")
     expect(page.locator("#token-form")).to_be_visible()
+    assert page.evaluate("sessionStorage.length") == 1  # kept, so that the user sees which token failed
+    console.shot("6-unauthenticated")
     assert console.errors == []
 
 
