@@ -11,6 +11,7 @@
     tr.sign(reg, "apps/web", "v2", other_key)                   # sign what a tag points at (signatures add up)
     reg.set_credentials("user", "secret")  # basic auth (htpasswd) on; pushes here use it from then on
     reg.clear_credentials()                # anonymous again
+    reg.use_token_service(realm, service, issuer, certificate_pem)  # bearer tokens only (see below)
     reg.registries_conf()                  # registries.conf text for a test host: this registry is plain HTTP
     reg.stop()
 
@@ -19,6 +20,11 @@ Debian 12's skopeo and podman have sigstore patched out (they neither sign nor v
 with `skopeo copy --sign-by-sigstore-private-key`, so signing runs on the registry host, with the key and
 its passphrase in that host's /tmp (a tmpfs) for the length of the call. Signatures are stored as sigstore
 attachments (`sha256-<digest>.sig` tags in the same repository), as cosign does.
+
+With `use_token_service` the registry takes only bearer tokens of a Docker token service (the control
+service's GET /v1/registry/token, `auth: token`): clients get one from `realm` with their credentials, and
+the registry checks it against `certificate_pem` (the service's GET /v1/registry/certificate). Such a
+token service grants pull only, so push and sign everything first: pushes fail from then on.
 
 Test images are reproducible (`podman build --timestamp 0`): the same version and port give the same
 digest on every machine; two versions give two digests. The container answers
@@ -53,6 +59,7 @@ IMAGE_NAME = "localhost/gpuaas-testimage"
 BUSYBOX = Path("/bin/busybox")  # Debian package busybox-static (scripts/setup.sh installs it)
 REGISTRY_CONFIG_PATH = "/etc/docker/registry/config.yml"
 HTPASSWD_PATH = "/etc/docker/registry/htpasswd"
+ISSUER_CERTIFICATE_PATH = "/etc/docker/registry/token-issuer.pem"
 RECIPE_LABEL = "io.gpuaas.testimage.recipe"
 OPEN_POLICY = '{"default": [{"type": "insecureAcceptAnything"}]}\n'
 
@@ -130,6 +137,7 @@ class Registry:
     container: str
     host: str
     credentials: tuple[str, str] | None = field(default=None, repr=False)
+    token_realm: str | None = None
 
     @property
     def address(self) -> str:
@@ -160,15 +168,29 @@ class Registry:
         _check(self.exec("htpasswd", "-iBc", HTPASSWD_PATH, user, input=password + "\n"), "htpasswd")
         _check(self.exec("chown", "root:docker-registry", HTPASSWD_PATH), "chown htpasswd")
         _check(self.exec("chmod", "0640", HTPASSWD_PATH), "chmod htpasswd")
-        self._write_config(auth=True)
-        self.credentials = (user, password)
+        self._write_config(f"auth:\n  htpasswd:\n    realm: gpuaas-test\n    path: {HTPASSWD_PATH}\n")
+        self.credentials, self.token_realm = (user, password), None
         self._restart()
 
     def clear_credentials(self) -> None:
         """Anonymous access again."""
-        self._write_config(auth=False)
+        self._write_config("")
+        self.exec("rm", "-f", HTPASSWD_PATH, ISSUER_CERTIFICATE_PATH)
+        self.credentials = self.token_realm = None
+        self._restart()
+
+    def use_token_service(self, realm: str, service: str, issuer: str, certificate_pem: str) -> None:
+        """Require a bearer token from the token service at `realm` (Docker token authentication) for
+        every request: signed by the key of `certificate_pem`, issued by `issuer` for `service`."""
+        for name, value in (("realm", realm), ("service", service), ("issuer", issuer)):
+            if not re.fullmatch(r"[A-Za-z0-9._:/?=&-]+", value):
+                raise ValueError(f"testregistry: unexpected characters in the token service's {name}: {value!r}")
+        _check(self.exec("sh", "-c", f"cat > {ISSUER_CERTIFICATE_PATH}", input=certificate_pem),
+               "writing the token issuer's certificate")
+        self._write_config(f"auth:\n  token:\n    realm: {realm}\n    service: {service}\n    issuer: {issuer}\n"
+                           f"    rootcertbundle: {ISSUER_CERTIFICATE_PATH}\n")
         self.exec("rm", "-f", HTPASSWD_PATH)
-        self.credentials = None
+        self.credentials, self.token_realm = None, realm
         self._restart()
 
     def registries_conf(self) -> str:
@@ -182,15 +204,13 @@ class Registry:
         token = base64.b64encode(":".join(self.credentials).encode()).decode()
         return json.dumps({"auths": {self.address: {"auth": token}}})
 
-    def _write_config(self, auth: bool) -> None:
-        config = testhosts.REGISTRY_CONFIG
-        if auth:
-            config += f"auth:\n  htpasswd:\n    realm: gpuaas-test\n    path: {HTPASSWD_PATH}\n"
+    def _write_config(self, auth: str) -> None:
+        config = testhosts.REGISTRY_CONFIG + auth
         _check(self.exec("sh", "-c", f"cat > {REGISTRY_CONFIG_PATH}", input=config), "writing the registry config")
 
     def _restart(self, timeout: float = 30.0) -> None:
         _check(self.exec("systemctl", "restart", "docker-registry"), "restarting docker-registry")
-        expected = 401 if self.credentials else 200
+        expected = 401 if self.credentials or self.token_realm else 200
         deadline = time.monotonic() + timeout
         status: int | str = "no answer"
         while time.monotonic() < deadline:
