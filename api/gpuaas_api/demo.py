@@ -1,9 +1,11 @@
 """The whole product on one machine: the control service with an embedded PostgreSQL, a worker, local
 test hosts registered as allocations, and a Slurm cluster deployed and operated through the HTTP API by
-a project service account, the way a tenant's automation would.
+a project service account, the way a tenant's automation would; then an OCI workload: a small HTTP
+service image from a local registry, signed, deployed by digest, called, upgraded and rolled back.
 
-`gpuaas demo` runs every step and prints the timeline as it goes; the end-to-end test drives the same
-steps one by one and checks the real Slurm state after each.
+`gpuaas demo` runs every step and prints the timeline as it goes; the end-to-end tests
+(tests/e2e/test_api_slurm_cluster.py, tests/e2e/test_api_oci_service.py) drive the same steps one by
+one and check the real state of the hosts after each.
 """
 
 from __future__ import annotations
@@ -16,7 +18,9 @@ import signal
 import subprocess
 import sys
 import tempfile
+import threading
 import time
+import urllib.request
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -24,7 +28,8 @@ from pathlib import Path
 import httpx
 
 from . import testhosts
-from .catalog.register import register
+from . import testregistry as tr
+from .catalog.register import build, register
 
 # This checkout's collection: the demo registers its build.
 COLLECTION = Path(__file__).resolve().parents[2]
@@ -35,6 +40,23 @@ TEST_HOST_PARAMETERS = {
     "slurm_controller_task_plugin": "task/none",
     "gpuaas_apt_cache_valid_time": 31536000,
 }
+
+
+OCI_APP = "oci-service"
+OCI_REPOSITORY = "demo/web"
+OCI_PORT = 8080  # the test image's HTTP port (testregistry.build_image)
+# The test hosts are unprivileged containers: the containers inside them get the host's network and no
+# cgroups (docs/dev/oci-test-hosts.md). The probe asks the test image for its version.
+OCI_TEST_HOST_PARAMETERS = {
+    "oci_workload_network": "host",
+    "oci_workload_cgroups": False,
+    "oci_workload_probe": {"type": "http", "port": OCI_PORT, "path": "/version.txt", "interval": 0.5, "deadline": 60},
+    "oci_workload_stop_timeout": 2,
+}
+# What the site configures on its hosts, not the workload: the local registry speaks plain HTTP.
+OCI_SITE_REGISTRIES_CONF = "/etc/containers/registries.conf.d/50-demo-registry.conf"
+OCI_CONTAINER = "gpuaas-oci-workload"
+OCI_HOST = "web1"  # the descriptor leaves oci_workload_name at its default
 
 
 class ApiError(RuntimeError):
@@ -81,6 +103,12 @@ class Demo:
     ids: dict[str, str] = field(default_factory=dict)
     admin: Api | None = None
     sa: Api | None = None
+    # The OCI part: a registry host started with the service (the worker must know its address), a
+    # sigstore key that signs the images, and the images pushed, by name ("v1": "ADDRESS/REPO@sha256:...").
+    registry: tr.Registry | None = None
+    signing_key: tr.SigningKey | None = None
+    images: dict[str, str] = field(default_factory=dict)
+    _tarball: Path | None = None
 
     # -- the platform --------------------------------------------------------------------------
 
@@ -90,22 +118,33 @@ class Demo:
                     GPUAAS_SSH_HOST_KEY_CHECKING="false",  # test hosts make new host keys at each start
                     GPUAAS_SECRET_KEY=self.secret_key)
 
-    def start_service(self) -> None:
+    def start_service(self, registry: bool = False) -> None:
+        """The service and one worker. The service listens on the test network's gateway, the machine's
+        own address there: the test hosts reach its registry token service at that address. With
+        `registry`, a registry host starts meanwhile, and the worker issues pull credentials for it."""
         self.secret_key = _fernet_key()
         self.port = self.port or _free_port()
+        testhosts.ensure_network()
+        started = _in_background(lambda: tr.Registry.start(self.prefix)) if registry else None
         gpuaas = str(Path(sys.executable).parent / "gpuaas")
+        address = _test_network_gateway()
         log = open(self.state_dir / "serve.log", "w")  # noqa: SIM115 (lives as long as the process)
-        self.processes.append(subprocess.Popen([gpuaas, "serve", "--port", str(self.port)], env=self.env(),
-                                               stdout=log, stderr=subprocess.STDOUT))
-        base = f"http://127.0.0.1:{self.port}"
+        self.processes.append(subprocess.Popen([gpuaas, "serve", "--host", address, "--port", str(self.port)],
+                                               env=self.env(), stdout=log, stderr=subprocess.STDOUT))
+        base = f"http://{address}:{self.port}"
         _wait(lambda: _ready(base), 120, "the API to answer /readyz")
         token = subprocess.run([gpuaas, "admin", "bootstrap", "--email", "ops@demo.example"], env=self.env(),
                                check=True, capture_output=True, text=True).stdout.strip().split()[-1]
         self.admin = Api(base, token)
+        worker_env = self.env()
+        if started:
+            self.registry = started()
+            worker_env["GPUAAS_PULL_CREDENTIAL_REGISTRIES"] = self.registry.address
         worker_log = open(self.state_dir / "worker.log", "w")  # noqa: SIM115
-        self.processes.append(subprocess.Popen([gpuaas, "worker"], env=self.env(), stdout=worker_log,
+        self.processes.append(subprocess.Popen([gpuaas, "worker"], env=worker_env, stdout=worker_log,
                                                stderr=subprocess.STDOUT))
-        self.say(f"control service on {base} (state in {self.state_dir}), one worker")
+        self.say(f"control service on {base} (state in {self.state_dir}), one worker"
+                 + (f"; registry {self.registry.address}" if self.registry else ""))
 
     def setup_tenancy(self) -> None:
         a = self.admin
@@ -136,10 +175,89 @@ class Demo:
     def register_slurm_app(self) -> None:
         """The apps this collection describes (adapters/*.yml), registered the way an operator does it
         (`gpuaas apps register`): the build uploaded by digest, promoted to active; the project entitled."""
-        registered = register(self.admin.http, COLLECTION, activate=True, reason="demo: checks passed")
+        registered = register(self.admin.http, self.collection(), activate=True, reason="demo: checks passed")
         slurm = next(r for r in registered if r.app == "slurm")
         self.admin.post(f"/v1/projects/{self.ids['project']}/entitlements", {"app_slug": "slurm"})
         self.say(f"catalog: slurm {slurm.version}, collection {slurm.digest[:19]}… active; project entitled")
+
+    def collection(self) -> Path:
+        """This checkout's collection, built once: every registration uploads the same build."""
+        if self._tarball is None:
+            self._tarball = build(COLLECTION, Path(tempfile.mkdtemp(dir=self.state_dir, prefix="build-")))
+        return self._tarball
+
+    # -- the OCI part: registry, images, hosts, the app ------------------------------------------------
+
+    def prepare_oci(self, hosts: list[str], signed: tuple[str, ...] = ("v1", "v2"),
+                    forged: tuple[str, ...] = ()) -> None:
+        """Starts OCI test hosts (Debian 13: its podman verifies sigstore signatures) that reach the
+        registry over plain HTTP, pushes test images built here (`signed` ones signed with the demo's
+        key, `forged` ones with another), then lets the registry take only tokens of the service's
+        registry token service: from then on a pull needs a credential the platform issued for one run."""
+        started = _in_background(lambda: testhosts.up(self.prefix, hosts, "oci-trixie"))
+        self.signing_key, other_key = tr.SigningKey.generate(), tr.SigningKey.generate()
+        for name in signed + forged:
+            key = self.signing_key if name in signed else other_key
+            self.images[name] = tr.push(self.registry, OCI_REPOSITORY, name, tr.build_image(name), sign_with=key)
+        config = self.admin.get("/v1/registry/certificate")
+        self.registry.use_token_service(f"{self.admin.base_url}/v1/registry/token", config["service"],
+                                        config["issuer"], config["rootcertbundle"])
+        for host in started():
+            self.hosts[host["name"]] = host
+            conf = self.registry.registries_conf()
+            self.host_sh(host["name"], f"cat > {OCI_SITE_REGISTRIES_CONF} <<'EOF'\n{conf}EOF")
+
+    def register_oci_hosts(self, pool: str, hosts: list[str]) -> None:
+        self.ids[pool] = self.admin.post("/v1/allocations", {
+            "project_id": self.ids["project"], "name": pool, "capacity_shape": "baremetal", "gpu_count": 0,
+            "region": "local", "hosts": [{"name": n, "address": self.hosts[n]["address"], "ssh_user": "root"}
+                                         for n in hosts]})["id"]
+        self.say(f"allocation {pool}: {', '.join(hosts)} (Debian 13, podman)")
+
+    def register_oci_app(self, image: str, canary: bool = False) -> dict:
+        """One version of the oci-service app for the image pushed as `image`, registered as an operator
+        does it: `gpuaas apps register BUILD --workload oci-service=IMAGE --signed-by oci-service=KEY`,
+        promoted to active (or only to canary). The first one entitles the project. Returns the version."""
+        key_file = self.state_dir / "signer.pub"
+        key_file.write_bytes(self.signing_key.public_pem)
+        gpuaas = str(Path(sys.executable).parent / "gpuaas")
+        done = subprocess.run([gpuaas, "apps", "register", str(self.collection()), "--api", self.admin.base_url,
+                               "--workload", f"{OCI_APP}={self.images[image]}", "--signed-by", f"{OCI_APP}={key_file}",
+                               "--canary" if canary else "--activate", "--reason", f"demo: image {image}"],
+                              env=self.env() | {"GPUAAS_TOKEN": self.admin.token}, capture_output=True, text=True)
+        if done.returncode != 0:
+            raise ApiError(f"gpuaas apps register failed: {done.stderr.strip()[-800:]}")
+        for line in done.stdout.splitlines():
+            if line.startswith(f"{OCI_APP} "):
+                self.say(f"$ gpuaas apps register ... --workload {OCI_APP}=…@{self.images[image].split('@')[1][:19]}…"
+                         f"\n{line}")
+        digest = self.images[image].split("@")[1]
+        version = next(v for v in self.admin.get(f"/v1/catalog/apps/{OCI_APP}/versions?limit=200")["items"]
+                       if (v["workload_artifact_reference"] or "").endswith(f"@{digest}"))
+        entitled = self.admin.get(f"/v1/projects/{self.ids['project']}/entitlements")["items"]
+        if not any(e["app_slug"] == OCI_APP for e in entitled):
+            self.admin.post(f"/v1/projects/{self.ids['project']}/entitlements", {"app_slug": OCI_APP})
+        return version
+
+    def create_oci_instance(self, pool: str, version: str, replicas: int = 1) -> dict:
+        instance = self.sa.post(f"/v1/projects/{self.ids['project']}/instances", {
+            "name": "web", "app_slug": OCI_APP, "version": version, "allocation_ids": [self.ids[pool]],
+            "topology": [{"role": "replica", "count": replicas}], "parameters": OCI_TEST_HOST_PARAMETERS})
+        self.ids["web"] = instance["id"]
+        self.say(f"instance web ({instance['app_version']}): "
+                 + ", ".join(f"{m['role']}@{m['host_name']}" for m in self.members("web")))
+        return instance
+
+    def call_oci(self, host: str) -> str:
+        """What a client of the service gets: GET /version.txt on the host's port."""
+        url = f"http://{self.hosts[host]['address']}:{OCI_PORT}/version.txt"
+        with urllib.request.urlopen(url, timeout=5) as response:  # noqa: S310 - a test host of this demo
+            return response.read().decode().strip()
+
+    def oci_container(self, host: str) -> dict | None:
+        """podman inspect of the workload's container on a host, or None when there is none."""
+        out = self.host_sh(host, f"podman container inspect {OCI_CONTAINER} 2>/dev/null || true")
+        return json.loads(out)[0] if out and out != "[]" else None
 
     # -- the tenant's automation (service account) -----------------------------------------------
 
@@ -153,21 +271,22 @@ class Demo:
                  + ", ".join(f"{m['role']}@{m['host_name']}" for m in self.members()))
         return instance
 
-    def members(self) -> list[dict]:
-        return self.sa.get(f"/v1/instances/{self.ids['instance']}/members?limit=200")["items"]
+    def members(self, instance: str = "instance") -> list[dict]:
+        return self.sa.get(f"/v1/instances/{self.ids[instance]}/members?limit=200")["items"]
 
     def member(self, host: str) -> dict:
         return next(m for m in self.members() if m["host_name"] == host and m["status"] != "removed")
 
-    def operate(self, path: str, body: dict | None = None, timeout: float = 900) -> dict:
-        """Posts an operation, prints its progress from the event stream while it runs (the client's
-        follower, as `gpuaas ops follow` shows it off a terminal), and returns the finished operation."""
+    def operate(self, path: str, body: dict | None = None, timeout: float = 900, instance: str = "instance") -> dict:
+        """Posts an operation to an instance (by its key in ids), prints its progress from the event
+        stream while it runs (the client's follower, as `gpuaas ops follow` shows it off a terminal), and
+        returns the finished operation."""
         from .client.errors import ClientError
         from .client.follow import follow
         from .client.http import Client
         from .client.render import PlainView
 
-        op = self.sa.post(f"/v1/instances/{self.ids['instance']}{path}", body or {},
+        op = self.sa.post(f"/v1/instances/{self.ids[instance]}{path}", body or {},
                           headers={"Idempotency-Key": secrets.token_hex(8)})
         self.say(f"-> {op['kind']} accepted (operation {op['id'][:8]}, correlation {op['correlation_id']})")
         with Client(self.sa.base_url, self.sa.token) as client:
@@ -195,6 +314,8 @@ class Demo:
             except subprocess.TimeoutExpired:
                 process.kill()
         _stop_postgres(self.state_dir / "postgres")
+        # The registry token signing key is no use once the service is gone: it does not outlive the run.
+        (self.state_dir / "registry-token.pem").unlink(missing_ok=True)
         testhosts.down(self.prefix)
 
 
@@ -204,6 +325,7 @@ def run_demo(say: Callable[[str], None] = print) -> int:
     logging.getLogger("httpx").setLevel(logging.WARNING)
     demo = Demo(say=say)
     step = 0
+    oci_ready = None
 
     def header(text: str) -> None:
         nonlocal step
@@ -211,10 +333,12 @@ def run_demo(say: Callable[[str], None] = print) -> int:
         say(f"\n[{step}] {text}")
 
     try:
-        header("Platform: control service, embedded PostgreSQL, worker")
-        demo.start_service()
+        header("Platform: control service, embedded PostgreSQL, worker, a local OCI registry")
+        demo.start_service(registry=True)
         header("Tenancy: tenant, project, service account")
         demo.setup_tenancy()
+        # The OCI part's host and images get ready while the Slurm part runs.
+        oci_ready = _in_background(lambda: demo.prepare_oci([OCI_HOST]))
         header("Capacity: test hosts registered as the project's allocations")
         demo.register_hosts({"pool-a": ["ctl", "w1", "w2"], "pool-b": ["w3"]})
         header("Catalog: the Slurm app")
@@ -239,13 +363,67 @@ def run_demo(say: Callable[[str], None] = print) -> int:
         _require(demo.operate("/decommission"))
         instance = demo.sa.get(f"/v1/instances/{demo.ids['instance']}")
         say(f"instance status: {instance['status']}")
+        header("OCI workload: a Debian 13 host with podman; images v1 and v2 pushed and signed")
+        oci_ready()
+        demo.register_oci_hosts("pool-oci", [OCI_HOST])
+        say(f"registry {demo.registry.address} takes only tokens of the control service: each run gets a pull "
+            f"credential for {OCI_REPOSITORY} alone")
+        header("Catalog: the oci-service app, one version per signed image")
+        v1, v2 = demo.register_oci_app("v1"), demo.register_oci_app("v2")
+        header("Deploy web with image v1 (pulled by digest, signature verified on the host), then call it")
+        demo.create_oci_instance("pool-oci", v1["version"])
+        _require(demo.operate("/deploy", instance="web"))
+        say(_oci_answer(demo))
+        header("Upgrade web to image v2")
+        _require(demo.operate("/upgrade", {"app_version_id": v2["id"]}, instance="web"))
+        say(_oci_answer(demo))
+        header("Roll web back to v1 (the previous image stayed on the host: no pull)")
+        _require(demo.operate("/rollback", instance="web"))
+        say(_oci_answer(demo))
         say("\ndemo complete")
         return 0
-    except (ApiError, subprocess.CalledProcessError) as exc:
+    except (RuntimeError, subprocess.CalledProcessError) as exc:  # ApiError, testregistry errors
         say(f"\ndemo failed: {exc}\nservice and worker logs: {demo.state_dir}")
         return 1
     finally:
+        if oci_ready:  # hosts it starts must not outlive close()
+            with contextlib.suppress(Exception):
+                oci_ready()
         demo.close()
+
+
+def _oci_answer(demo: Demo) -> str:
+    address = demo.hosts[OCI_HOST]["address"]
+    image = demo.oci_container(OCI_HOST)["ImageDigest"]
+    return f"GET http://{address}:{OCI_PORT}/version.txt -> {demo.call_oci(OCI_HOST)!r} (container image {image[:19]}…)"
+
+
+def _in_background(work: Callable[[], object]) -> Callable[[], object]:
+    """Runs work in a thread; the function returned waits for it and returns its result (or raises)."""
+    result: dict = {}
+
+    def run() -> None:
+        try:
+            result["value"] = work()
+        except BaseException as exc:  # noqa: BLE001 - handed to the caller
+            result["error"] = exc
+
+    thread = threading.Thread(target=run, daemon=True)
+    thread.start()
+
+    def wait() -> object:
+        thread.join()
+        if "error" in result:
+            raise result["error"]
+        return result["value"]
+    return wait
+
+
+def _test_network_gateway() -> str:
+    """This machine's address on the test hosts' network."""
+    out = subprocess.run(["podman", "network", "inspect", testhosts.NETWORK], check=True, capture_output=True,
+                         text=True).stdout
+    return json.loads(out)[0]["subnets"][0]["gateway"]
 
 
 def _require(op: dict) -> None:

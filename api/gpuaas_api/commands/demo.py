@@ -5,7 +5,7 @@ import argparse
 
 def register(sub: argparse._SubParsersAction) -> None:
     p = sub.add_parser("demo", help="the whole product on this machine: service, worker, test hosts, a Slurm "
-                                    "cluster deployed and operated through the API")
+                                    "cluster and an OCI workload deployed and operated through the API")
     p.set_defaults(func=run)
 
 
