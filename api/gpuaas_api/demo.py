@@ -194,6 +194,8 @@ class Demo:
         registry over plain HTTP, pushes test images built here (`signed` ones signed with the demo's
         key, `forged` ones with another), then lets the registry take only tokens of the service's
         registry token service: from then on a pull needs a credential the platform issued for one run."""
+        if self.registry is None:
+            raise ApiError("the OCI part needs the registry host: start_service(registry=True)")
         started = _in_background(lambda: testhosts.up(self.prefix, hosts, "oci-trixie"))
         self.signing_key, other_key = tr.SigningKey.generate(), tr.SigningKey.generate()
         for name in signed + forged:
