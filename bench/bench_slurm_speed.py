@@ -244,6 +244,24 @@ def top_tasks(profile: dict, top: int = TOP_TASKS) -> list[dict]:
     ]
 
 
+# Actions that run on the controller only: they cost no round trip to the host.
+CONTROLLER_ACTIONS = {"assert", "set_fact", "include_role", "import_role", "include_tasks", "import_tasks",
+                      "validate_argument_spec", "meta", "debug", "fail", "add_host", "group_by"}
+
+
+def host_runs(profile: dict) -> dict[str, dict]:
+    """Per host: how many tasks ran a module on it (not skipped) and the seconds they took. Each is one
+    SSH round trip and one module start on the host, the cost the remaining time is made of."""
+    runs: dict[str, dict] = {}
+    for t in profile["tasks"]:
+        if t["status"] == "skipped" or t["host"] == "localhost" or t["action"].split(".")[-1] in CONTROLLER_ACTIONS:
+            continue
+        host = runs.setdefault(t["host"], {"runs": 0, "seconds": 0.0})
+        host["runs"] += 1
+        host["seconds"] += t["seconds"]
+    return runs
+
+
 # Output -------------------------------------------------------------------------------------------------
 
 
@@ -292,6 +310,9 @@ def report(rounds: list[dict], summary: dict, rows: list[dict]) -> None:
         for play in profile["plays"]:
             tasks = len({t["task"] for t in profile["tasks"] if t["play"] == play["name"]})
             print(f"    {play.get('seconds', 0.0):6.1f}  {play['name']} ({tasks})")
+        print("  module runs on each host (one SSH round trip and one module start each): "
+              + ", ".join(f"{h} {r['runs']} in {r['seconds']:.1f} s ({r['seconds'] / r['runs']:.2f} s each)"
+                          for h, r in sorted(host_runs(profile).items())))
         print(f"  top {TOP_TASKS} tasks by longest time on one host:")
         for t in top_tasks(profile):
             print(f"    {t['seconds']:6.1f}  {t['host']:<4} ({t['hosts']} host{'s' if t['hosts'] > 1 else ''})"
