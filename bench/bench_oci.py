@@ -72,6 +72,7 @@ TICK = 0.1
 REQUEST_TIMEOUT = 1.0
 PROBE_TASK = "Wait until the workload is ready"
 PULL_TASK = "Pull the image"
+TASK_ROWS = 8
 
 
 class BenchError(RuntimeError):
@@ -176,9 +177,23 @@ class Bench:
         return self.demo.hosts[host]["address"]
 
     def events(self, instance_id: str, kind: str, correlation_id: str) -> list[dict]:
-        page = self.sa.get(f"/v1/instances/{instance_id}/events?type={kind}&correlation_id={correlation_id}"
-                           "&limit=200")
-        return page["items"]
+        items, cursor = [], None
+        while True:
+            page = self.sa.get(f"/v1/instances/{instance_id}/events?type={kind}&correlation_id={correlation_id}"
+                               "&limit=200" + (f"&cursor={cursor}" if cursor else ""))
+            items += page["items"]
+            cursor = page["next_cursor"]
+            if not cursor:
+                return items
+
+    def task_times(self, instance_id: str, op: dict) -> dict[str, float]:
+        """Seconds per task name in the run (its check-mode pass and the real one added up), from the
+        ok events' durations: where a run's time goes."""
+        times: dict[str, float] = {}
+        for e in self.events(instance_id, "run.task_ok", op["correlation_id"]):
+            name = e["payload"].get("task") or "?"
+            times[name] = round(times.get(name, 0.0) + float(e["payload"].get("duration") or 0.0), 2)
+        return times
 
     def task_ok(self, instance_id: str, op: dict, task: str) -> dict:
         """The task's last ok event of the run: the playbooks run every task in check mode first."""
@@ -259,7 +274,8 @@ class Bench:
                 "accept -> running": running - accepted,
                 "pull task": pull["payload"].get("duration") or 0.0,
                 "accept -> first answer (bench)": (first - accepted) if first else None,
-                "operation": ts(op["finished_at"]) - accepted}
+                "operation": ts(op["finished_at"]) - accepted,
+                "tasks": self.task_times(instance_id, op)}
 
     def upgrade(self, instance_id: str, hosts: list[str], image: str) -> dict:
         with Poller({h: self.address(h) for h in hosts}) as poller:
@@ -384,6 +400,20 @@ def report(rounds: list[dict]) -> list[str]:
     lines += [f"| {label} | {spread(values)} |" for label, values in rows]
     restarted = sum(1 for r in rounds if r[add]["restarted"])
     lines.append(f"| - web1's container restarted by the member add | {restarted} of {len(rounds)} |")
+    lines += ["", "| deploy task (check-mode pass + real run) | image on the host, median s | cold pull | "
+              "cold - on the host |", "|---|---|---|---|"]
+    medians = {}
+    for part in ("deploy warm", "deploy cold"):
+        names = {name for r in rounds for name in r[part]["tasks"]}
+        medians[part] = {n: statistics.median(r[part]["tasks"].get(n, 0.0) for r in rounds) for n in names}
+    names = set(medians["deploy warm"]) | set(medians["deploy cold"])
+    diffs = sorted(names, key=lambda n: -abs(medians["deploy cold"].get(n, 0.0) - medians["deploy warm"].get(n, 0.0)))
+    for name in diffs[:TASK_ROWS]:
+        warm, cold = medians["deploy warm"].get(name, 0.0), medians["deploy cold"].get(name, 0.0)
+        lines.append(f"| {name} | {warm:.2f} | {cold:.2f} | {cold - warm:+.2f} |")
+    total = {p: sum(m.values()) for p, m in medians.items()}
+    lines.append(f"| all {len(names)} tasks | {total['deploy warm']:.2f} | {total['deploy cold']:.2f} | "
+                 f"{total['deploy cold'] - total['deploy warm']:+.2f} |")
     return lines
 
 
