@@ -36,9 +36,11 @@ tick fails for a replica when its request fails; "any replica" fails when every 
 next tick, summed. Member add also reports accept -> `member_added` (the new member active) and whether
 web1's container was restarted (its StartedAt).
 
-It prints one table (median and min-max over the rounds) and the 1-minute load average before and after
-each step. At the end it removes the hosts, the registry and the service's state; a failed run keeps the
-service's and worker's logs and this run's log, and prints where.
+It prints one table (median and min-max over the rounds), the deploy's tasks whose time differs most
+between the image on the host and a cold pull, and the load average before and after each step.
+--max-minutes starts no round that would end past that time (at the last round's length). At the end it
+removes the hosts, the registry and the service's state; a failed run keeps the service's and worker's
+logs and this run's log, and prints where.
 """
 
 from __future__ import annotations
