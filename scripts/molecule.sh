@@ -3,14 +3,14 @@
 #
 #   scripts/molecule.sh [SCENARIO] [MOLECULE COMMAND]     (make molecule SCENARIO=cluster)
 #   scripts/molecule.sh cluster            # destroy, syntax, create, converge, idempotence, check, verify, destroy
-#   scripts/molecule.sh accounting converge   # keep the hosts up to iterate; `... accounting destroy` after
+#   scripts/molecule.sh cluster converge   # keep the hosts up to iterate; `... cluster destroy` after
 #
 # What it builds (each step is skipped when already done): the Debian packages, podman settings and .venv of
 # scripts/setup.sh, which also links this checkout as the collection under build/collections; the test host
 # images (localhost/gpuaas-testhost:bookworm and the -slurm one with the Slurm packages installed, built
 # locally with debootstrap from the Debian mirror: no registry is needed). Each scenario's hosts get a
 # podman network of their own (gpuaas-molecule-<scenario>), which molecule creates and removes. Scenarios:
-# molecule/*/ (single_node, cluster, accounting; oci_workload, whose host and registry are built from the
+# molecule/*/ (single_node; cluster, with accounting; oci_workload, whose host and registry are built from the
 # Debian 13 images instead and sit on the test hosts' network).
 set -euo pipefail
 cd "$(dirname "$0")/.."

@@ -1,8 +1,8 @@
 """Runs the molecule scenarios (podman driver) against real systemd containers, with the command the README
 gives role developers: scripts/molecule.sh (`make molecule SCENARIO=...`), which builds what molecule needs.
 
-single_node installs Slurm from the Debian mirror; cluster and accounting use the image with the
-packages pre-installed. Each scenario converges, proves a second converge changes nothing, runs the
+single_node installs Slurm from the Debian mirror; cluster (a controller with slurmdbd and enforced
+associations, two workers) uses the image with the packages pre-installed. Each scenario converges, proves a second converge changes nothing, runs the
 converge playbook again under --check, verifies, and destroys its containers and its network.
 """
 
@@ -13,7 +13,7 @@ from .molecule_run import check_step_changes, run_scenario, steps_run
 pytestmark = [pytest.mark.hosts, pytest.mark.slow]
 
 
-@pytest.mark.parametrize("scenario", ["single_node", "cluster", "accounting"])
+@pytest.mark.parametrize("scenario", ["single_node", "cluster"])
 def test_molecule_scenario(scenario):
     output = run_scenario(scenario)
     ran = steps_run(output, scenario)
