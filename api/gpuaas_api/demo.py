@@ -276,6 +276,18 @@ class Demo:
     def members(self, instance: str = "instance") -> list[dict]:
         return self.sa.get(f"/v1/instances/{self.ids[instance]}/members?limit=200")["items"]
 
+    def events(self, instance: str = "instance", **filters) -> list[dict]:
+        """An instance's whole timeline (every page), narrowed by the API's filters (type, correlation_id)."""
+        query = "&".join(f"{k}={v}" for k, v in filters.items())
+        items, cursor = [], None
+        while True:
+            page = self.sa.get(f"/v1/instances/{self.ids[instance]}/events?limit=200&{query}"
+                               + (f"&cursor={cursor}" if cursor else ""))
+            items += page["items"]
+            cursor = page["next_cursor"]
+            if not cursor:
+                return items
+
     def member(self, host: str) -> dict:
         return next(m for m in self.members() if m["host_name"] == host and m["status"] != "removed")
 

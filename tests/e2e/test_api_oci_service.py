@@ -59,18 +59,6 @@ def instance(demo) -> dict:
     return demo.sa.get(f"/v1/instances/{demo.ids['web']}")
 
 
-def events(demo, **filters) -> list[dict]:
-    query = "&".join(f"{k}={v}" for k, v in filters.items())
-    items, cursor = [], None
-    while True:
-        page = demo.sa.get(f"/v1/instances/{demo.ids['web']}/events?limit=200&{query}"
-                           + (f"&cursor={cursor}" if cursor else ""))
-        items += page["items"]
-        cursor = page["next_cursor"]
-        if not cursor:
-            return items
-
-
 def running_image(demo) -> str:
     """The digest of the image the workload's container runs on the host."""
     container = demo.oci_container(HOST)
@@ -113,10 +101,10 @@ def test_deploy_runs_the_image_until_its_probe_answers(demo):
     assert running_image(demo) == digest(demo, "v1")
     assert demo.call_oci(HOST) == "v1"
     assert demo.host_sh(HOST, f"systemctl is-active {OCI_CONTAINER}") == "active"
-    types = [e["type"] for e in events(demo, correlation_id=op["correlation_id"])]
+    types = [e["type"] for e in demo.events("web", correlation_id=op["correlation_id"])]
     for expected in ("runtime_secret.issued", "start_completed", "healthy", "apps.instance.running"):
         assert expected in types, f"{expected} missing from {types}"
-    (issued,) = events(demo, correlation_id=op["correlation_id"], type="runtime_secret.issued")
+    (issued,) = demo.events("web", correlation_id=op["correlation_id"], type="runtime_secret.issued")
     assert (issued["payload"]["registry"], issued["payload"]["repository"]) == (demo.registry.address,
                                                                                OCI_REPOSITORY)
     # The host pulled with it: the token service granted that credential pull of the repository.
@@ -135,7 +123,7 @@ def test_upgrade_changes_the_running_image_exactly(demo):
     assert running_image(demo) == digest(demo, "v2")
     assert demo.call_oci(HOST) == "v2"
     assert instance(demo)["app_version_id"] == demo.versions["v2"]["id"]
-    (upgraded,) = events(demo, correlation_id=op["correlation_id"], type="apps.instance.upgraded")
+    (upgraded,) = demo.events("web", correlation_id=op["correlation_id"], type="apps.instance.upgraded")
     assert upgraded["payload"] == {"from": demo.versions["v1"]["version"], "to": demo.versions["v2"]["version"]}
 
 
@@ -156,7 +144,7 @@ def test_an_image_signed_by_another_key_is_refused_on_the_host(demo):
     message = " ".join(op["error"]["message"].split())
     assert f"refused image {demo.images['forged']}" in message, message
     assert "signature" in message, message
-    (recorded,) = events(demo, correlation_id=op["correlation_id"], type="operation.failed")
+    (recorded,) = demo.events("web", correlation_id=op["correlation_id"], type="operation.failed")
     assert recorded["payload"]["reason"] == op["error"]["message"]
     # Truthful: the instance still runs v1, and so does the host, in the same container.
     now = instance(demo)
@@ -221,7 +209,7 @@ def test_no_pull_credential_leaves_the_run(demo):
     planted = secrets.token_urlsafe(32)  # the search finds a password of the issued shape inside a longer run
     assert leaked(f"auth: -{planted}_x.", {hashlib.sha256(planted.encode()).digest()})
 
-    haystacks = {"events": json.dumps(events(demo)), "serve log": (demo.state_dir / "serve.log").read_text(),
+    haystacks = {"events": json.dumps(demo.events("web")), "serve log": (demo.state_dir / "serve.log").read_text(),
                  "worker log": (demo.state_dir / "worker.log").read_text(), "demo output": "\n".join(demo.lines),
                  "host journal": demo.host_sh(HOST, "journalctl --no-pager -o cat")}
     for op in ops:

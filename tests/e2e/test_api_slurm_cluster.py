@@ -61,18 +61,6 @@ def slurmd_pid(demo, host: str) -> str:
     return demo.host_sh(host, "systemctl show -p MainPID --value slurmd")
 
 
-def events(demo, **filters) -> list[dict]:
-    query = "&".join(f"{k}={v}" for k, v in filters.items())
-    items, cursor = [], None
-    while True:
-        page = demo.sa.get(f"/v1/instances/{demo.ids['instance']}/events?limit=200&{query}"
-                           + (f"&cursor={cursor}" if cursor else ""))
-        items += page["items"]
-        cursor = page["next_cursor"]
-        if not cursor:
-            return items
-
-
 def test_deploy_runs_jobs_and_reports_running(demo):
     demo.create_instance("pool-a", workers=2)
     op = demo.operate("/deploy")
@@ -82,11 +70,11 @@ def test_deploy_runs_jobs_and_reports_running(demo):
     assert node_states(demo) == {"w1": "idle", "w2": "idle"}
     assert sorted(demo.slurm("srun --immediate=30 -N2 hostname").split()) == ["w1", "w2"]
 
-    types = [e["type"] for e in events(demo, correlation_id=op["correlation_id"])]
+    types = [e["type"] for e in demo.events(correlation_id=op["correlation_id"])]
     for expected in ("apps.instance.starting", "member_added", "start_completed", "healthy", "apps.instance.running"):
         assert expected in types, f"{expected} missing from {types}"
     assert types.index("start_completed") > types.index("run.playbook_stats")
-    sample = events(demo, type="apps.instance.running")[0]
+    sample = demo.events(type="apps.instance.running")[0]
     for key in ("correlation_id", "tenant_id", "project_id", "app_slug", "operating_mode", "control_plane_scope",
                 "runtime_backend"):
         assert sample[key], key
@@ -280,7 +268,7 @@ def test_upgrade_runs_each_versions_own_pinned_build(demo, rollout, tmp_path):
     instance = demo.sa.get(f"/v1/instances/{demo.ids['instance']}")
     assert (instance["app_version_id"], instance["app_version"]) == (v1.version_id, v1.version)
     assert instance["artifact_reference"].endswith(f"@{v1.digest}")
-    (upgraded,) = events(demo, correlation_id=op["correlation_id"], type="apps.instance.upgraded")
+    (upgraded,) = demo.events(correlation_id=op["correlation_id"], type="apps.instance.upgraded")
     assert upgraded["payload"] == {"from": shipped, "to": v1.version}
     for host in hosts:
         assert package_versions(demo, host) == expected("gpuaas1"), host
@@ -300,7 +288,7 @@ def test_upgrade_runs_each_versions_own_pinned_build(demo, rollout, tmp_path):
     print(f"upgrade to {v2.version}: {seconds:.0f} s")
     assert op["params"]["target_version_id"] == v2.version_id
     assert demo.sa.get(f"/v1/instances/{demo.ids['instance']}")["app_version_id"] == v2.version_id
-    (upgraded,) = events(demo, correlation_id=op["correlation_id"], type="apps.instance.upgraded")
+    (upgraded,) = demo.events(correlation_id=op["correlation_id"], type="apps.instance.upgraded")
     assert upgraded["payload"] == {"from": v1.version, "to": v2.version}
     for host in hosts:
         assert package_versions(demo, host) == expected("gpuaas2"), host
@@ -320,7 +308,7 @@ def test_rollback_returns_to_the_previous_build_exactly(demo, rollout):
     instance = demo.sa.get(f"/v1/instances/{demo.ids['instance']}")
     assert (instance["app_version_id"], instance["app_version"]) == (v1.version_id, v1.version)
     assert instance["artifact_reference"].endswith(f"@{v1.digest}")
-    (rolled_back,) = events(demo, correlation_id=op["correlation_id"], type="apps.instance.rolled_back")
+    (rolled_back,) = demo.events(correlation_id=op["correlation_id"], type="apps.instance.rolled_back")
     assert rolled_back["payload"] == {"from": v2.version, "to": v1.version}
 
     for host in ("ctl", "w3", "w4"):
@@ -339,7 +327,7 @@ def test_rollback_returns_to_the_previous_build_exactly(demo, rollout):
 def test_no_secret_value_leaves_the_service(demo):
     munge_key = demo.host_sh("ctl", "cat /etc/munge/munge.key")
     assert len(munge_key) >= 32
-    haystacks = {"events": str(events(demo)), "serve log": (demo.state_dir / "serve.log").read_text(),
+    haystacks = {"events": str(demo.events()), "serve log": (demo.state_dir / "serve.log").read_text(),
                  "worker log": (demo.state_dir / "worker.log").read_text(),
                  # a tenant's audit rows are a break-glass read for the platform admin
                  "audit": str(demo.admin.get(f"/v1/audit?limit=200&tenant_id={demo.ids['tenant']}",
@@ -363,7 +351,7 @@ def test_decommission_tears_everything_down(demo):
     op = demo.operate("/decommission")
     assert op["status"] == "succeeded", op
     assert demo.sa.get(f"/v1/instances/{demo.ids['instance']}")["status"] == "stopped"
-    types = [e["type"] for e in events(demo, correlation_id=op["correlation_id"])]
+    types = [e["type"] for e in demo.events(correlation_id=op["correlation_id"])]
     assert "apps.instance.deleting" in types and "apps.instance.deleted" in types, types
     for host in ("ctl", "w2", "w3", "w4"):
         assert demo.host_sh(host, "pgrep -x 'slurmctld|slurmd|munged' || true") == ""
