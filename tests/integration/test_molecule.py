@@ -2,8 +2,9 @@
 gives role developers: scripts/molecule.sh (`make molecule SCENARIO=...`), which builds what molecule needs.
 
 single_node installs Slurm from the Debian mirror; cluster (a controller with slurmdbd and enforced
-associations, two workers) uses the image with the packages pre-installed. Each scenario converges, proves a second converge changes nothing, runs the
-converge playbook again under --check, verifies, and destroys its containers and its network.
+associations, two workers) uses the image with the packages pre-installed. Each scenario converges, proves
+a second converge changes nothing, runs the converge playbook again under --check, verifies, and destroys
+its containers and its network.
 """
 
 import pytest
