@@ -14,7 +14,6 @@ import io
 import json
 import re
 import secrets
-import shutil
 import tarfile
 import urllib.error
 import urllib.request
@@ -24,11 +23,9 @@ import psycopg
 import pytest
 from gpuaas_api.demo import OCI_APP, OCI_CONTAINER, OCI_REPOSITORY, Demo
 from gpuaas_api.embedded_db import EmbeddedPostgres
+from integration.oci_host import assert_no_workload_files
 
 pytestmark = [pytest.mark.hosts, pytest.mark.slow]
-
-if not shutil.which("podman"):
-    pytest.skip("needs podman: run `make test` (scripts/setup.sh installs it)", allow_module_level=True)
 
 HOST = "web1"
 
@@ -178,12 +175,7 @@ def test_decommission_leaves_nothing_on_the_host(demo):
     assert instance(demo)["status"] == "stopped"
     assert {m["status"] for m in demo.members("web")} == {"removed"}
     assert demo.oci_container(HOST) is None
-    assert demo.host_sh(HOST, "podman images --format '{{.Digest}}'") == ""
-    assert demo.host_sh(HOST, "systemctl list-unit-files 'gpuaas-oci-*' --no-legend || true") == ""
-    assert demo.host_sh(HOST, "ls /etc/systemd/system/gpuaas-oci-* /etc/gpuaas-oci /var/lib/gpuaas-oci "
-                              "/etc/containers/registries.d/gpuaas-* /etc/containers/registries.conf.d/gpuaas-* "
-                              "/run/gpuaas-oci-auth-* 2>/dev/null || true") == ""
-    assert json.loads(demo.host_sh(HOST, "cat /etc/containers/policy.json")) == demo.policy_before
+    assert_no_workload_files(lambda command: demo.host_sh(HOST, command), demo.policy_before)
 
 
 # token_urlsafe(32): what registry/credentials.py issues as a password.

@@ -31,6 +31,7 @@ import yaml
 from gpuaas_api import testhosts
 from gpuaas_api import testregistry as tr
 
+from .oci_host import assert_no_workload_files
 from .slurm_harness import ANSIBLE, ANSIBLE_PLAYBOOK, ROOT, PlaybookRun, ansible_env
 
 pytestmark = [pytest.mark.hosts, pytest.mark.slow]
@@ -350,12 +351,7 @@ def test_decommission_leaves_nothing(oci):
 def assert_nothing_left(oci, host: str) -> None:
     """Checked from outside, independently of the playbook's own teardown check."""
     assert oci.container(host) is None
-    assert oci.sh(host, "podman images --format '{{.Digest}}'") == ""
-    assert oci.sh(host, "systemctl list-unit-files 'gpuaas-oci-*' --no-legend || true") == ""
-    assert oci.sh(host, "ls /etc/systemd/system/gpuaas-oci-* /etc/gpuaas-oci /var/lib/gpuaas-oci "
-                        "/etc/containers/registries.d/gpuaas-* /etc/containers/registries.conf.d/gpuaas-* "
-                        "/run/gpuaas-oci-auth-* 2>/dev/null || true") == ""
-    assert json.loads(oci.sh(host, "cat /etc/containers/policy.json")) == oci.policy_before[host]
+    assert_no_workload_files(lambda command: oci.sh(host, command), oci.policy_before[host])
 
 
 def test_unit_arguments_reach_the_program_exactly_as_given(oci):
