@@ -179,14 +179,7 @@ class Bench:
         return self.demo.hosts[host]["address"]
 
     def events(self, instance_id: str, kind: str, correlation_id: str) -> list[dict]:
-        items, cursor = [], None
-        while True:
-            page = self.sa.get(f"/v1/instances/{instance_id}/events?type={kind}&correlation_id={correlation_id}"
-                               "&limit=200" + (f"&cursor={cursor}" if cursor else ""))
-            items += page["items"]
-            cursor = page["next_cursor"]
-            if not cursor:
-                return items
+        return self.demo.timeline(instance_id, type=kind, correlation_id=correlation_id)
 
     def task_times(self, instance_id: str, op: dict) -> dict[str, float]:
         """Seconds per task name in the run (its check-mode pass and the real one added up), from the

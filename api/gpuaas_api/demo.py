@@ -277,11 +277,15 @@ class Demo:
         return self.sa.get(f"/v1/instances/{self.ids[instance]}/members?limit=200")["items"]
 
     def events(self, instance: str = "instance", **filters) -> list[dict]:
+        """The timeline of the instance kept in ids under `instance`: see timeline()."""
+        return self.timeline(self.ids[instance], **filters)
+
+    def timeline(self, instance_id: str, **filters) -> list[dict]:
         """An instance's whole timeline (every page), narrowed by the API's filters (type, correlation_id)."""
         query = "&".join(f"{k}={v}" for k, v in filters.items())
         items, cursor = [], None
         while True:
-            page = self.sa.get(f"/v1/instances/{self.ids[instance]}/events?limit=200&{query}"
+            page = self.sa.get(f"/v1/instances/{instance_id}/events?limit=200&{query}"
                                + (f"&cursor={cursor}" if cursor else ""))
             items += page["items"]
             cursor = page["next_cursor"]
