@@ -15,6 +15,7 @@ import json
 import os
 import secrets
 import signal
+import socket
 import subprocess
 import sys
 import tempfile
@@ -119,20 +120,30 @@ class Demo:
                     GPUAAS_SECRET_KEY=self.secret_key)
 
     def start_service(self, registry: bool = False) -> None:
-        """The service and one worker. The service listens on the test network's gateway, the machine's
-        own address there: the test hosts reach its registry token service at that address. With
-        `registry`, a registry host starts meanwhile, and the worker issues pull credentials for it."""
+        """The service and one worker, the service on loopback. With `registry`, a registry host starts
+        meanwhile, the worker issues pull credentials for it, and the service listens on the test
+        network's gateway instead, the machine's own address there: the test hosts reach its registry
+        token service at that address. The gateway exists only while a container is on the network
+        (podman makes the bridge for the first one), so the service binds it once the registry's is."""
         self.secret_key = _fernet_key()
         self.port = self.port or _free_port()
         testhosts.ensure_network()
-        started = _in_background(lambda: tr.Registry.start(self.prefix)) if registry else None
+        started = _InBackground(lambda: tr.Registry.start(self.prefix)) if registry else None
         gpuaas = str(Path(sys.executable).parent / "gpuaas")
-        address = _test_network_gateway()
-        log = open(self.state_dir / "serve.log", "w")  # noqa: SIM115 (lives as long as the process)
-        self.processes.append(subprocess.Popen([gpuaas, "serve", "--host", address, "--port", str(self.port)],
-                                               env=self.env(), stdout=log, stderr=subprocess.STDOUT))
+        address = "127.0.0.1"
+        if started:
+            address = _test_network_gateway()
+            _wait(lambda: _is_local_address(address) or started.done(), 180, f"the test network's gateway {address}")
+            if not _is_local_address(address):
+                started()  # raises the registry's own failure
+        log_path = self.state_dir / "serve.log"
+        serve = subprocess.Popen([gpuaas, "serve", "--host", address, "--port", str(self.port)], env=self.env(),
+                                 stdout=log_path.open("w"), stderr=subprocess.STDOUT)
+        self.processes.append(serve)
         base = f"http://{address}:{self.port}"
-        _wait(lambda: _ready(base), 120, "the API to answer /readyz")
+        _wait(lambda: _ready(base) or serve.poll() is not None, 120, "the API to answer /readyz")
+        if serve.poll() is not None:
+            raise ApiError(f"gpuaas serve exited with {serve.returncode}: {_tail(log_path)}")
         token = subprocess.run([gpuaas, "admin", "bootstrap", "--email", "ops@demo.example"], env=self.env(),
                                check=True, capture_output=True, text=True).stdout.strip().split()[-1]
         self.admin = Api(base, token)
@@ -196,7 +207,7 @@ class Demo:
         registry token service: from then on a pull needs a credential the platform issued for one run."""
         if self.registry is None:
             raise ApiError("the OCI part needs the registry host: start_service(registry=True)")
-        started = _in_background(lambda: testhosts.up(self.prefix, hosts, "oci-trixie"))
+        started = _InBackground(lambda: testhosts.up(self.prefix, hosts, "oci-trixie"))
         self.signing_key, other_key = tr.SigningKey.generate(), tr.SigningKey.generate()
         for name in signed + forged:
             key = self.signing_key if name in signed else other_key
@@ -356,7 +367,7 @@ def run_demo(say: Callable[[str], None] = print) -> int:
         header("Tenancy: tenant, project, service account")
         demo.setup_tenancy()
         # The OCI part's host and images get ready while the Slurm part runs.
-        oci_ready = _in_background(lambda: demo.prepare_oci([OCI_HOST]))
+        oci_ready = _InBackground(lambda: demo.prepare_oci([OCI_HOST]))
         header("Capacity: test hosts registered as the project's allocations")
         demo.register_hosts({"pool-a": ["ctl", "w1", "w2"], "pool-b": ["w3"]})
         header("Catalog: the Slurm app")
@@ -416,25 +427,42 @@ def _oci_answer(demo: Demo) -> str:
     return f"GET http://{address}:{OCI_PORT}/version.txt -> {demo.call_oci(OCI_HOST)!r} (container image {image[:19]}…)"
 
 
-def _in_background(work: Callable[[], object]) -> Callable[[], object]:
-    """Runs work in a thread; the function returned waits for it and returns its result (or raises)."""
-    result: dict = {}
+class _InBackground:
+    """Runs work in a thread; calling the object waits for it and returns its result (or raises)."""
 
-    def run() -> None:
+    def __init__(self, work: Callable[[], object]) -> None:
+        self._result: dict = {}
+        self._thread = threading.Thread(target=self._run, args=(work,), daemon=True)
+        self._thread.start()
+
+    def _run(self, work: Callable[[], object]) -> None:
         try:
-            result["value"] = work()
+            self._result["value"] = work()
         except BaseException as exc:  # noqa: BLE001 - handed to the caller
-            result["error"] = exc
+            self._result["error"] = exc
 
-    thread = threading.Thread(target=run, daemon=True)
-    thread.start()
+    def done(self) -> bool:
+        return not self._thread.is_alive()
 
-    def wait() -> object:
-        thread.join()
-        if "error" in result:
-            raise result["error"]
-        return result["value"]
-    return wait
+    def __call__(self) -> object:
+        self._thread.join()
+        if "error" in self._result:
+            raise self._result["error"]
+        return self._result["value"]
+
+
+def _is_local_address(address: str) -> bool:
+    """Whether this machine holds `address`, so that a server can bind it."""
+    with socket.socket() as probe:
+        try:
+            probe.bind((address, 0))
+        except OSError:
+            return False
+    return True
+
+
+def _tail(path: Path, lines: int = 20) -> str:
+    return "\n".join(path.read_text(errors="replace").splitlines()[-lines:])
 
 
 def _test_network_gateway() -> str:
