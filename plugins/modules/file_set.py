@@ -1,0 +1,288 @@
+#!/usr/bin/python
+# -*- coding: utf-8 -*-
+# Copyright: gpuaas.apps developers
+# Apache License 2.0 (see https://www.apache.org/licenses/LICENSE-2.0)
+
+from __future__ import absolute_import, division, print_function
+
+__metaclass__ = type
+
+DOCUMENTATION = r"""
+module: file_set
+short_description: Keep a role's directories and files in place, all in one module run
+version_added: "0.1.0"
+description:
+  - Creates the given O(directories) and writes the given O(files) (content rendered by the caller, for example
+    with P(ansible.builtin.template#lookup)), and sets their owner, group and mode, on the target in one module
+    run. Each C(ansible.builtin.file), C(copy) or C(template) task costs one or two module runs per path; a role
+    that keeps many paths spends most of its time starting them.
+  - A file is rewritten only when its content differs. It is written to a temporary file in the same directory
+    with its final owner, group and mode, then renamed over the old one, so no reader sees a partial file and a
+    secret is never readable by others, not even for a moment.
+  - Each path may carry a O(files[].tag); RV(changed_tags) lists the tags of the paths that changed, so that one
+    task can notify several handlers and each handler can tell whether its own files changed.
+  - Directories are handled first, in the order given (missing parents are created, owned by root, mode 0755),
+    then files. A file's parent directory must exist or be among O(directories).
+  - Paths must not be symbolic links; the module refuses one instead of writing through it.
+author:
+  - gpuaas.apps developers (@gpuaas)
+options:
+  directories:
+    description: Directories to keep.
+    type: list
+    elements: dict
+    default: []
+    suboptions:
+      path:
+        description: Absolute path of the directory.
+        type: path
+        required: true
+      owner:
+        description: Owner (name or uid).
+        type: str
+        default: root
+      group:
+        description: Group (name or gid).
+        type: str
+        default: root
+      mode:
+        description: Mode, as an octal string such as V("0755").
+        type: str
+        required: true
+      tag:
+        description: Reported in RV(changed_tags) when this directory is created or its attributes change.
+        type: str
+  files:
+    description: Files to keep, with their whole content.
+    type: list
+    elements: dict
+    default: []
+    suboptions:
+      path:
+        description: Absolute path of the file.
+        type: path
+        required: true
+      content:
+        description:
+          - The file's content. Shown in diff mode.
+          - Exactly one of O(files[].content) and O(files[].secret_content) is required.
+        type: str
+      secret_content:
+        description:
+          - The file's content, for a secret such as a key. Masked in the module's output, never shown in diff
+            mode, and written only to a file that never had wider permissions than O(files[].mode).
+        type: str
+      owner:
+        description: Owner (name or uid).
+        type: str
+        default: root
+      group:
+        description: Group (name or gid).
+        type: str
+        default: root
+      mode:
+        description: Mode, as an octal string such as V("0644").
+        type: str
+        required: true
+      tag:
+        description: Reported in RV(changed_tags) when this file's content or attributes change.
+        type: str
+notes:
+  - Supports check mode and diff mode. The diff shows each changed file's content (except secret content) and
+    each changed owner, group or mode.
+attributes:
+  check_mode:
+    description: Can run in check mode and report what would change without changing anything.
+    support: full
+  diff_mode:
+    description: Reports what changed (or, in check mode, what would change) when run with --diff.
+    support: full
+"""
+
+EXAMPLES = r"""
+- name: Keep slurmd's directories and files
+  gpuaas.apps.file_set:
+    directories:
+      - {path: /var/lib/slurm/slurmd, owner: slurm, group: slurm, mode: "0755"}
+      - {path: /etc/systemd/system/slurmd.service.d, mode: "0755"}
+    files:
+      - path: /etc/default/slurmd
+        content: "{{ lookup('ansible.builtin.template', 'slurmd.default.j2') }}"
+        mode: "0644"
+        tag: slurmd
+  register: slurmd_files
+  notify: Restart slurmd
+
+- name: A key, kept out of the output
+  gpuaas.apps.file_set:
+    files:
+      - path: /etc/munge/munge.key
+        secret_content: "{{ munge_key }}"
+        owner: munge
+        group: munge
+        mode: "0400"
+        tag: munge
+"""
+
+RETURN = r"""
+changed_paths:
+  description: The paths that were (in check mode, would be) created or changed, in the order given.
+  returned: always
+  type: list
+  elements: str
+  sample: [/etc/default/slurmd]
+changed_tags:
+  description: The tags of the changed paths, each once, sorted.
+  returned: always
+  type: list
+  elements: str
+  sample: [slurmd]
+"""
+
+import os  # noqa: E402 - Ansible modules import after their documentation
+import tempfile  # noqa: E402
+
+from ansible.module_utils.basic import AnsibleModule  # noqa: E402
+
+ATTRIBUTES = ("owner", "group", "mode")
+
+
+class FileSetError(Exception):
+    pass
+
+
+def file_args(module, path, entry):
+    """What AnsibleModule.set_fs_attributes_if_different takes, for the entry's owner, group and mode at path."""
+    return module.load_file_common_arguments(dict((name, entry[name]) for name in ATTRIBUTES), path=path)
+
+
+def refuse_link(path):
+    if os.path.islink(path):
+        raise FileSetError("%s is a symbolic link; file_set writes only real files and directories" % path)
+
+
+def check_mode_string(entry):
+    mode = entry["mode"]
+    try:
+        if int(mode, 8) > 0o7777:
+            raise ValueError(mode)
+    except ValueError:
+        raise FileSetError("%s: mode %r is not an octal mode such as \"0644\"" % (entry["path"], mode)) from None
+
+
+def attribute_diff(module, path, entry):
+    """(changed, diff): whether the path's owner, group or mode differ from the entry's, and how."""
+    diff = dict(before={}, after={})
+    changed = module.set_fs_attributes_if_different(file_args(module, path, entry), False, diff=diff, expand=False)
+    return changed, dict(before_header=path, after_header=path, before=diff["before"], after=diff["after"])
+
+
+def keep_directory(module, entry, planned_dirs):
+    path = entry["path"]
+    refuse_link(path)
+    if os.path.exists(path):
+        if not os.path.isdir(path):
+            raise FileSetError("%s exists and is not a directory" % path)
+        return attribute_diff(module, path, entry)
+    planned_dirs.add(path)
+    after = dict(((name, entry[name]) for name in ATTRIBUTES), state="directory")
+    diff = dict(before_header=path, after_header=path, before=dict(state="absent"), after=after)
+    if not module.check_mode:
+        os.makedirs(path)
+        module.set_fs_attributes_if_different(file_args(module, path, entry), True, expand=False)
+    return True, diff
+
+
+def read_bytes(path):
+    if not os.path.exists(path):
+        return None
+    if not os.path.isfile(path):
+        raise FileSetError("%s exists and is not a regular file" % path)
+    with open(path, "rb") as handle:
+        return handle.read()
+
+
+def write_atomically(module, path, data, entry):
+    """Writes data beside path with the final owner, group and mode, then renames it over path."""
+    fd, temp = tempfile.mkstemp(dir=os.path.dirname(path), prefix=".%s." % os.path.basename(path))
+    try:
+        with os.fdopen(fd, "wb") as handle:
+            handle.write(data)
+        module.set_fs_attributes_if_different(file_args(module, temp, entry), True, expand=False)
+        os.rename(temp, path)
+    except BaseException:
+        if os.path.exists(temp):
+            os.unlink(temp)
+        raise
+
+
+def keep_file(module, entry, planned_dirs):
+    path = entry["path"]
+    refuse_link(path)
+    parent = os.path.dirname(path)
+    if not os.path.isdir(parent) and parent not in planned_dirs:
+        raise FileSetError("%s: its directory %s does not exist; list it in directories" % (path, parent))
+    secret = entry["secret_content"] is not None
+    text = entry["secret_content"] if secret else entry["content"]
+    data = text.encode("utf-8")
+    old = read_bytes(path) if os.path.isdir(parent) else None
+    diffs = []
+    content_changed = old != data
+    if content_changed:
+        if secret:
+            before, after = ("(secret, not shown)\n" if old is not None else ""), "(secret, changed, not shown)\n"
+        else:
+            before, after = (old.decode("utf-8", "replace") if old is not None else ""), text
+        diffs.append(dict(before_header=path, after_header=path, before=before, after=after))
+        if not module.check_mode:
+            write_atomically(module, path, data, entry)
+    attributes_changed = False
+    if old is not None and not content_changed:
+        attributes_changed, diff = attribute_diff(module, path, entry)
+        if attributes_changed:
+            diffs.append(diff)
+    return content_changed or attributes_changed, diffs
+
+
+def main():
+    path_options = dict(path=dict(type="path", required=True), owner=dict(type="str", default="root"),
+                        group=dict(type="str", default="root"), mode=dict(type="str", required=True),
+                        tag=dict(type="str"))
+    module = AnsibleModule(
+        argument_spec=dict(
+            directories=dict(type="list", elements="dict", default=[], options=path_options),
+            files=dict(type="list", elements="dict", default=[],
+                       options=dict(path_options, content=dict(type="str"),
+                                    secret_content=dict(type="str", no_log=True)),
+                       mutually_exclusive=[("content", "secret_content")],
+                       required_one_of=[("content", "secret_content")]),
+        ),
+        supports_check_mode=True,
+    )
+    entries = [("directory", e) for e in module.params["directories"]] + [("file", e) for e in module.params["files"]]
+    changed_paths, changed_tags, diffs = [], set(), []
+    planned_dirs = set()
+    try:
+        for kind, entry in entries:
+            if not os.path.isabs(entry["path"]):
+                raise FileSetError("%s is not an absolute path" % entry["path"])
+            check_mode_string(entry)
+            if kind == "directory":
+                changed, diff = keep_directory(module, entry, planned_dirs)
+                entry_diffs = [diff] if changed else []
+            else:
+                changed, entry_diffs = keep_file(module, entry, planned_dirs)
+            if changed:
+                changed_paths.append(entry["path"])
+                if entry["tag"]:
+                    changed_tags.add(entry["tag"])
+                diffs.extend(entry_diffs)
+    except (FileSetError, OSError) as error:
+        module.fail_json(msg=str(error), changed=bool(changed_paths), changed_paths=changed_paths,
+                         changed_tags=sorted(changed_tags))
+    module.exit_json(changed=bool(changed_paths), changed_paths=changed_paths, changed_tags=sorted(changed_tags),
+                     diff=diffs)
+
+
+if __name__ == "__main__":
+    main()
