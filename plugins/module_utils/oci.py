@@ -27,7 +27,6 @@ import os
 import re
 import socket
 import subprocess
-import tempfile
 import time
 
 from urllib.error import HTTPError, URLError
@@ -663,40 +662,6 @@ def read_json(path):
         return None
     except ValueError:
         raise OciError("%s is not valid JSON" % path) from None
-
-
-def read_text(path):
-    try:
-        with open(path) as f:
-            return f.read()
-    except (IOError, OSError):
-        return None
-
-
-def write_file(path, text, mode):
-    """Write atomically (a temp file in the same directory, renamed over ``path``) with ``mode``."""
-    directory = os.path.dirname(path)
-    if not os.path.isdir(directory):
-        os.makedirs(directory, 0o755)
-    fd, tmp = tempfile.mkstemp(prefix=".gpuaas-", dir=directory)
-    try:
-        os.fchmod(fd, mode)
-        with os.fdopen(fd, "w") as f:
-            f.write(text)
-        os.rename(tmp, path)
-    except Exception:
-        if os.path.exists(tmp):
-            os.unlink(tmp)
-        raise
-
-
-def remove_file(path):
-    """Remove ``path``; True when there was one."""
-    try:
-        os.unlink(path)
-        return True
-    except OSError:
-        return False
 
 
 def record_text(record):

@@ -139,10 +139,12 @@ changed_tags:
   sample: [slurmd]
 """
 
-import os  # noqa: E402 - Ansible modules import after their documentation
-import tempfile  # noqa: E402
+import grp  # noqa: E402 - Ansible modules import after their documentation
+import os  # noqa: E402
+import pwd  # noqa: E402
 
 from ansible.module_utils.basic import AnsibleModule  # noqa: E402
+from ansible_collections.gpuaas.apps.plugins.module_utils.files import write_file  # noqa: E402
 
 ATTRIBUTES = ("owner", "group", "mode")
 
@@ -202,18 +204,17 @@ def read_bytes(path):
         return handle.read()
 
 
-def write_atomically(module, path, data, entry):
-    """Writes data beside path with the final owner, group and mode, then renames it over path."""
-    fd, temp = tempfile.mkstemp(dir=os.path.dirname(path), prefix=".%s." % os.path.basename(path))
+def owner_ids(entry):
+    """(uid, gid) of the entry's owner and group, given by name or number."""
     try:
-        with os.fdopen(fd, "wb") as handle:
-            handle.write(data)
-        module.set_fs_attributes_if_different(file_args(module, temp, entry), True, expand=False)
-        os.rename(temp, path)
-    except BaseException:
-        if os.path.exists(temp):
-            os.unlink(temp)
-        raise
+        uid = int(entry["owner"]) if entry["owner"].isdigit() else pwd.getpwnam(entry["owner"]).pw_uid
+    except KeyError:
+        raise FileSetError("%s: there is no user %s" % (entry["path"], entry["owner"])) from None
+    try:
+        gid = int(entry["group"]) if entry["group"].isdigit() else grp.getgrnam(entry["group"]).gr_gid
+    except KeyError:
+        raise FileSetError("%s: there is no group %s" % (entry["path"], entry["group"])) from None
+    return uid, gid
 
 
 def keep_file(module, entry, planned_dirs):
@@ -235,7 +236,7 @@ def keep_file(module, entry, planned_dirs):
             before, after = (old.decode("utf-8", "replace") if old is not None else ""), text
         diffs.append(dict(before_header=path, after_header=path, before=before, after=after))
         if not module.check_mode:
-            write_atomically(module, path, data, entry)
+            write_file(path, data, int(entry["mode"], 8), *owner_ids(entry))
     attributes_changed = False
     if old is not None and not content_changed:
         attributes_changed, diff = attribute_diff(module, path, entry)

@@ -127,6 +127,7 @@ removed:
 import os  # noqa: E402 - Ansible modules import after their documentation
 
 from ansible.module_utils.basic import AnsibleModule  # noqa: E402
+from ansible_collections.gpuaas.apps.plugins.module_utils.files import write_file  # noqa: E402
 from ansible_collections.gpuaas.apps.plugins.module_utils.oci import (  # noqa: E402
     PODMAN_MISSING,
     OciError,
@@ -139,7 +140,6 @@ from ansible_collections.gpuaas.apps.plugins.module_utils.oci import (  # noqa: 
     record_text,
     remember_image,
     scope_for,
-    write_file,
 )
 
 

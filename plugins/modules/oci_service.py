@@ -225,6 +225,7 @@ import hashlib  # noqa: E402
 import os  # noqa: E402
 
 from ansible.module_utils.basic import AnsibleModule  # noqa: E402
+from ansible_collections.gpuaas.apps.plugins.module_utils.files import read_text, remove_file, write_file  # noqa: E402
 from ansible_collections.gpuaas.apps.plugins.module_utils.oci import (  # noqa: E402
     ENV_DIR,
     PODMAN_MISSING,
@@ -244,16 +245,13 @@ from ansible_collections.gpuaas.apps.plugins.module_utils.oci import (  # noqa: 
     normalize_volumes,
     parse_reference,
     read_json,
-    read_text,
     record_path,
     record_text,
     plan_images,
-    remove_file,
     resolve_devices,
     unit_journal,
     unit_name,
     unit_text,
-    write_file,
 )
 
 

@@ -133,6 +133,7 @@ import json  # noqa: E402
 import os  # noqa: E402
 
 from ansible.module_utils.basic import AnsibleModule  # noqa: E402
+from ansible_collections.gpuaas.apps.plugins.module_utils.files import read_text, remove_file, write_file  # noqa: E402
 from ansible_collections.gpuaas.apps.plugins.module_utils.oci import (  # noqa: E402
     OciError,
     check_name,
@@ -140,15 +141,12 @@ from ansible_collections.gpuaas.apps.plugins.module_utils.oci import (  # noqa: 
     docker_scopes,
     insecure_registries_text,
     read_json,
-    read_text,
     registries_d_scopes,
     registries_d_text,
-    remove_file,
     remove_scopes,
     requirement,
     set_scopes,
     trust_paths,
-    write_file,
 )
 
 
