@@ -16,6 +16,7 @@ import signal
 import struct
 import subprocess
 import termios
+import threading
 import time
 
 from gpuaas_api.demo import Api, Demo
@@ -56,9 +57,17 @@ def test_deploy_and_member_operations_are_followed_to_their_end(ops, cli):
     token = ops.w.tokens[SA]
     ops.start_worker()
     tail = cli.popen("events", "tail", "life", "--follow", "-n", "1", token=token)
+    streamed, tail_errors, readers = [], [], []
     try:
         first_line = tail.stdout.readline()  # the timeline so far was read: what follows comes from the stream
         assert first_line.split()[2] == "apps.instance.requested", first_line
+        # Read as it prints (a terminal would): the command never waits on a full pipe, and what it printed
+        # is kept even if another process of this test inherited the pipe and holds it open.
+        for source, sink in ((tail.stdout, streamed), (tail.stderr, tail_errors)):
+            reader = threading.Thread(target=lambda source=source, sink=sink: sink.extend(iter(source.readline, "")),
+                                      daemon=True)
+            reader.start()
+            readers.append(reader)
         deploy = cli("deploy", "life", token=token)
         deploy_id = succeeded(deploy, "deploy")
         lines = deploy.stdout.splitlines()
@@ -127,11 +136,14 @@ def test_deploy_and_member_operations_are_followed_to_their_end(ops, cli):
 
         # `events tail --follow` printed the timeline as it grew, until interrupted.
         tail.send_signal(signal.SIGINT)
-        out, err = tail.communicate(timeout=30)
+        tail.wait(timeout=30)
     finally:
         if tail.poll() is None:
             tail.kill()
-    assert tail.returncode == 130, err
+    assert tail.returncode == 130, tail_errors
+    for reader in readers:  # each ends at its pipe's end, or has read all there is by then
+        reader.join(timeout=10)
+    out = "".join(streamed)
     events = [line.split(None, 3) for line in (first_line + out).splitlines()]
     assert all(re.fullmatch(r"\d{4}-\d\d-\d\dT\d\d:\d\d:\d\dZ", e[0]) and e[1].isdigit() for e in events), out
     types = [e[2] for e in events]
