@@ -35,13 +35,8 @@ options:
     default: []
 notes:
   - Supports check mode (the file is not written and no package list is read) and diff mode (the file).
-attributes:
-  check_mode:
-    description: Can run in check mode and report what would change without changing anything.
-    support: full
-  diff_mode:
-    description: Reports what changed (or, in check mode, what would change) when run with --diff.
-    support: full
+extends_documentation_fragment:
+  - gpuaas.apps.attributes.check_and_diff
 """
 
 EXAMPLES = r"""

@@ -90,13 +90,8 @@ options:
 notes:
   - Supports check mode and diff mode. The diff shows each changed file's content (except secret content) and
     each changed owner, group or mode.
-attributes:
-  check_mode:
-    description: Can run in check mode and report what would change without changing anything.
-    support: full
-  diff_mode:
-    description: Reports what changed (or, in check mode, what would change) when run with --diff.
-    support: full
+extends_documentation_fragment:
+  - gpuaas.apps.attributes.check_and_diff
 """
 
 EXAMPLES = r"""
@@ -163,7 +158,7 @@ def refuse_link(path):
         raise FileSetError("%s is a symbolic link; file_set writes only real files and directories" % path)
 
 
-def check_mode_string(entry):
+def check_octal_mode(entry):
     mode = entry["mode"]
     try:
         if int(mode, 8) > 0o7777:
@@ -267,7 +262,7 @@ def main():
         for kind, entry in entries:
             if not os.path.isabs(entry["path"]):
                 raise FileSetError("%s is not an absolute path" % entry["path"])
-            check_mode_string(entry)
+            check_octal_mode(entry)
             if kind == "directory":
                 changed, diff = keep_directory(module, entry, planned_dirs)
                 entry_diffs = [diff] if changed else []

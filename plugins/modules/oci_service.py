@@ -151,13 +151,8 @@ options:
 notes:
   - Supports check mode and diff mode (the unit, the environment with its values hidden, and the record).
   - Runs rootful podman 4.3 (Debian 12) under systemd.
-attributes:
-  check_mode:
-    description: Can run in check mode and report what would change without changing anything.
-    support: full
-  diff_mode:
-    description: Reports what changed (or, in check mode, what would change) when run with --diff.
-    support: full
+extends_documentation_fragment:
+  - gpuaas.apps.attributes.check_and_diff
 """
 
 EXAMPLES = r"""

@@ -72,13 +72,8 @@ notes:
   - Supports check mode and diff mode (the policy and both drop-ins).
   - When the policy file does not exist, it is created with an C(insecureAcceptAnything) default (what Debian's
     containers-common ships) and these scopes.
-attributes:
-  check_mode:
-    description: Can run in check mode and report what would change without changing anything.
-    support: full
-  diff_mode:
-    description: Reports what changed (or, in check mode, what would change) when run with --diff.
-    support: full
+extends_documentation_fragment:
+  - gpuaas.apps.attributes.check_and_diff
 """
 
 EXAMPLES = r"""

@@ -107,13 +107,8 @@ notes:
   - Max limits given to an account are copied by slurmdbd to the associations below it that have none of
     their own, so a user association may show a limit it inherited. A value that equals what is shown
     counts as in place.
-attributes:
-  check_mode:
-    description: Can run in check mode and report what would change without changing anything.
-    support: full
-  diff_mode:
-    description: Reports what changed (or, in check mode, what would change) when run with --diff.
-    support: full
+extends_documentation_fragment:
+  - gpuaas.apps.attributes.check_and_diff
 """
 
 EXAMPLES = r"""

@@ -91,13 +91,8 @@ notes:
   - Supports check mode (nothing is changed and nothing is waited for) and diff mode (state and reason).
   - "A progress line while a drain is awaited (O(progress_interval)) reads, for host ctl and node gpu07:
     [ctl] slurm_node gpu07: still draining, 2 job(s) running (ids: 1041, 1042_3); waited 30s of 3600s"
-attributes:
-  check_mode:
-    description: Can run in check mode and report what would change without changing anything.
-    support: full
-  diff_mode:
-    description: Reports what changed (or, in check mode, what would change) when run with --diff.
-    support: full
+extends_documentation_fragment:
+  - gpuaas.apps.attributes.check_and_diff
 """
 
 EXAMPLES = r"""
