@@ -19,10 +19,10 @@ import socket
 import subprocess
 import sys
 import tempfile
-import threading
 import time
 import urllib.request
 from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -62,6 +62,10 @@ OCI_HOST = "web1"  # the descriptor leaves oci_workload_name at its default
 
 class ApiError(RuntimeError):
     pass
+
+
+# Slow preparations (a registry host, the OCI host and images) run beside the demo's own steps.
+_BACKGROUND = ThreadPoolExecutor(max_workers=4, thread_name_prefix="gpuaas-demo")
 
 
 @dataclass
@@ -128,14 +132,14 @@ class Demo:
         self.secret_key = _fernet_key()
         self.port = self.port or _free_port()
         testhosts.ensure_network()
-        started = _InBackground(lambda: tr.Registry.start(self.prefix)) if registry else None
+        started = _BACKGROUND.submit(tr.Registry.start, self.prefix) if registry else None
         gpuaas = str(Path(sys.executable).parent / "gpuaas")
         address = "127.0.0.1"
         if started:
             address = _test_network_gateway()
             _wait(lambda: _is_local_address(address) or started.done(), 180, f"the test network's gateway {address}")
             if not _is_local_address(address):
-                started()  # raises the registry's own failure
+                started.result()  # raises the registry's own failure
         log_path = self.state_dir / "serve.log"
         serve = subprocess.Popen([gpuaas, "serve", "--host", address, "--port", str(self.port)], env=self.env(),
                                  stdout=log_path.open("w"), stderr=subprocess.STDOUT)
@@ -149,7 +153,7 @@ class Demo:
         self.admin = Api(base, token)
         worker_env = self.env()
         if started:
-            self.registry = started()
+            self.registry = started.result()
             worker_env["GPUAAS_PULL_CREDENTIAL_REGISTRIES"] = self.registry.address
         worker_log = open(self.state_dir / "worker.log", "w")  # noqa: SIM115
         self.processes.append(subprocess.Popen([gpuaas, "worker"], env=worker_env, stdout=worker_log,
@@ -207,7 +211,7 @@ class Demo:
         registry token service: from then on a pull needs a credential the platform issued for one run."""
         if self.registry is None:
             raise ApiError("the OCI part needs the registry host: start_service(registry=True)")
-        started = _InBackground(lambda: testhosts.up(self.prefix, hosts, "oci-trixie"))
+        started = _BACKGROUND.submit(testhosts.up, self.prefix, hosts, "oci-trixie")
         self.signing_key, other_key = tr.SigningKey.generate(), tr.SigningKey.generate()
         for name in signed + forged:
             key = self.signing_key if name in signed else other_key
@@ -215,7 +219,7 @@ class Demo:
         config = self.admin.get("/v1/registry/certificate")
         self.registry.use_token_service(f"{self.admin.base_url}/v1/registry/token", config["service"],
                                         config["issuer"], config["rootcertbundle"])
-        for host in started():
+        for host in started.result():
             self.hosts[host["name"]] = host
             conf = self.registry.registries_conf()
             self.host_sh(host["name"], f"cat > {OCI_SITE_REGISTRIES_CONF} <<'EOF'\n{conf}EOF")
@@ -367,7 +371,7 @@ def run_demo(say: Callable[[str], None] = print) -> int:
         header("Tenancy: tenant, project, service account")
         demo.setup_tenancy()
         # The OCI part's host and images get ready while the Slurm part runs.
-        oci_ready = _InBackground(lambda: demo.prepare_oci([OCI_HOST]))
+        oci_ready = _BACKGROUND.submit(demo.prepare_oci, [OCI_HOST])
         header("Capacity: test hosts registered as the project's allocations")
         demo.register_hosts({"pool-a": ["ctl", "w1", "w2"], "pool-b": ["w3"]})
         header("Catalog: the Slurm app")
@@ -393,7 +397,7 @@ def run_demo(say: Callable[[str], None] = print) -> int:
         instance = demo.sa.get(f"/v1/instances/{demo.ids['instance']}")
         say(f"instance status: {instance['status']}")
         header("OCI workload: a Debian 13 host with podman; images v1 and v2 pushed and signed")
-        oci_ready()
+        oci_ready.result()
         demo.register_oci_hosts("pool-oci", [OCI_HOST])
         say(f"registry {demo.registry.address} takes only tokens of the control service: each run gets a pull "
             f"credential for {OCI_REPOSITORY} alone")
@@ -417,7 +421,7 @@ def run_demo(say: Callable[[str], None] = print) -> int:
     finally:
         if oci_ready:  # hosts it starts must not outlive close()
             with contextlib.suppress(Exception):
-                oci_ready()
+                oci_ready.result()
         demo.close()
 
 
@@ -425,30 +429,6 @@ def _oci_answer(demo: Demo) -> str:
     address = demo.hosts[OCI_HOST]["address"]
     image = demo.oci_container(OCI_HOST)["ImageDigest"]
     return f"GET http://{address}:{OCI_PORT}/version.txt -> {demo.call_oci(OCI_HOST)!r} (container image {image[:19]}…)"
-
-
-class _InBackground:
-    """Runs work in a thread; calling the object waits for it and returns its result (or raises)."""
-
-    def __init__(self, work: Callable[[], object]) -> None:
-        self._result: dict = {}
-        self._thread = threading.Thread(target=self._run, args=(work,), daemon=True)
-        self._thread.start()
-
-    def _run(self, work: Callable[[], object]) -> None:
-        try:
-            self._result["value"] = work()
-        except BaseException as exc:  # noqa: BLE001 - handed to the caller
-            self._result["error"] = exc
-
-    def done(self) -> bool:
-        return not self._thread.is_alive()
-
-    def __call__(self) -> object:
-        self._thread.join()
-        if "error" in self._result:
-            raise self._result["error"]
-        return self._result["value"]
 
 
 def _is_local_address(address: str) -> bool:
