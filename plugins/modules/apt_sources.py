@@ -63,10 +63,10 @@ installed:
 """
 
 from ansible.module_utils.basic import AnsibleModule  # noqa: E402 - Ansible modules import after their documentation
+from ansible_collections.gpuaas.apps.plugins.module_utils.dpkg import installed_packages  # noqa: E402
 from ansible_collections.gpuaas.apps.plugins.module_utils.files import read_text, remove_file, write_file  # noqa: E402
 
 HEADER = "# Managed by gpuaas.apps (gpuaas_apt_repositories).\n"
-DPKG_FORMAT = "${source:Package} ${db:Status-Abbrev}${Package} ${Version}\\n"
 
 
 def wanted_text(lines):
@@ -98,12 +98,9 @@ def main():
         if rc != 0:
             module.fail_json(msg="apt-get update of %s failed (rc %d): %s" % (path, rc, (err or out).strip()),
                              changed=changed)
-    rc, out, err = module.run_command(["dpkg-query", "--show", "--showformat=" + DPKG_FORMAT],
-                                      environ_update=dict(LC_ALL="C"))
-    if rc not in (0, 1):  # 1: no package to show (an empty dpkg database)
-        module.fail_json(msg="dpkg-query failed (rc %d): %s" % (rc, err.strip()), changed=changed)
+    installed = installed_packages(module, changed)
     diff = dict(before_header=path, after_header=path, before=before or "", after=after or "")
-    module.exit_json(changed=changed, installed=out.splitlines(), diff=diff)
+    module.exit_json(changed=changed, installed=installed, diff=diff)
 
 
 if __name__ == "__main__":

@@ -1,0 +1,210 @@
+#!/usr/bin/python
+# -*- coding: utf-8 -*-
+# Copyright: gpuaas.apps developers
+# Apache License 2.0 (see https://www.apache.org/licenses/LICENSE-2.0)
+
+from __future__ import absolute_import, division, print_function
+
+__metaclass__ = type
+
+DOCUMENTATION = r"""
+module: host_facts
+short_description: Describe a host in one module run, with the facts the collection's roles read
+version_added: "0.1.0"
+description:
+  - Sets the facts the collection's roles read, under the names and with the values C(ansible.builtin.setup)
+    gives them, so a role works the same after either. C(ansible_hostname), C(ansible_default_ipv4) (the
+    address, interface and gateway of the route to a public address, as C(ip -4 route get) answers; nothing
+    is sent), C(ansible_processor_vcpus), C(ansible_memtotal_mb), C(ansible_distribution),
+    C(ansible_distribution_version) and C(ansible_distribution_major_version).
+  - With O(gpus), also counts the NVIDIA GPUs (RV(gpu_count)); with O(packages), also reports the installed
+    packages and the apt sources files. These are return values, not facts, because a fact cache would keep them
+    past the run, and a later run must not decide what to install from an old list.
+  - Why not C(setup)? Its network and hardware collectors read every interface, mount and device, and import
+    the whole facts library, which takes several times as long on each host as this module does. The roles
+    need a handful of facts per run, and this module reads only those, with the GPU count and the installed
+    packages in the same module run (each module run is an SSH round trip and a Python start on the host).
+  - Changes nothing.
+author:
+  - gpuaas.apps developers (@gpuaas)
+options:
+  gpus:
+    description:
+      - Count the NVIDIA GPUs with O(nvidia_smi). A host without it, or where it fails, has 0 (a failure is
+        reported as a warning).
+    type: bool
+    default: false
+  nvidia_smi:
+    description: The C(nvidia-smi) to run, by name (looked up in the path) or absolute path.
+    type: str
+    default: nvidia-smi
+  packages:
+    description:
+      - Report the installed packages (C(dpkg-query)) and the files in C(/etc/apt/sources.list.d), from
+        which the roles decide whether apt has anything to do.
+    type: bool
+    default: false
+attributes:
+  check_mode:
+    description: Can run in check mode and report what would change without changing anything.
+    support: full
+    details: The module only reads.
+  diff_mode:
+    description: Reports what changed (or, in check mode, what would change) when run with --diff.
+    support: none
+  facts:
+    description: Action returns an C(ansible_facts) dictionary that will update existing host facts.
+    support: full
+notes:
+  - Written for Linux hosts with C(/proc), the C(ip) command and, with O(packages), dpkg.
+"""
+
+EXAMPLES = r"""
+- name: Describe the hosts, count the workers' GPUs, and read what is installed
+  gpuaas.apps.host_facts:
+    gpus: "{{ inventory_hostname in groups['slurm_workers'] }}"
+    packages: true
+  register: host
+
+- name: Show a worker's node line
+  ansible.builtin.debug:
+    msg: "CPUs={{ ansible_processor_vcpus }} RealMemory={{ ansible_memtotal_mb }} Gres=gpu:{{ host.gpu_count }}"
+"""
+
+RETURN = r"""
+ansible_facts:
+  description: The facts, also set as variables of the host.
+  returned: always
+  type: dict
+  contains:
+    ansible_hostname:
+      description: The host name up to its first dot.
+      type: str
+      sample: gpu07
+    ansible_default_ipv4:
+      description:
+        - The route to a public address, as C(ip -4 route get) answers; empty when the host has no such route.
+      type: dict
+      sample: {address: 10.0.0.7, interface: eth0, gateway: 10.0.0.1}
+    ansible_processor_vcpus:
+      description: Logical CPUs (the C(processor) entries of C(/proc/cpuinfo)).
+      type: int
+      sample: 64
+    ansible_memtotal_mb:
+      description: C(MemTotal) of C(/proc/meminfo), in MiB.
+      type: int
+      sample: 515890
+    ansible_distribution:
+      description: The distribution's name, as C(setup) spells it.
+      type: str
+      sample: Debian
+    ansible_distribution_version:
+      description: The distribution's version.
+      type: str
+      sample: "12.11"
+    ansible_distribution_major_version:
+      description: The version up to its first dot.
+      type: str
+      sample: "12"
+gpu_count:
+  description: NVIDIA GPUs that O(nvidia_smi) lists.
+  returned: with O(gpus)
+  type: int
+  sample: 8
+installed_packages:
+  description:
+    - One line per package dpkg knows, C(<source package> <status><package> <version>), as the collection's
+      filters C(gpuaas.apps.deb_request) and C(gpuaas.apps.deb_unsatisfied) read them.
+  returned: with O(packages)
+  type: list
+  elements: str
+  sample: ["munge ii munge 0.5.15-2"]
+apt_source_files:
+  description: The files in C(/etc/apt/sources.list.d), by full path.
+  returned: with O(packages)
+  type: list
+  elements: str
+  sample: [/etc/apt/sources.list.d/gpuaas.list]
+"""
+
+import os  # noqa: E402 - Ansible modules import after their documentation
+import platform  # noqa: E402
+
+from ansible.module_utils.basic import AnsibleModule  # noqa: E402
+from ansible.module_utils.common.sys_info import get_distribution, get_distribution_version  # noqa: E402
+from ansible_collections.gpuaas.apps.plugins.module_utils.dpkg import installed_packages  # noqa: E402
+
+# Any public address will do: `ip route get` only looks the route up.
+ROUTE_PROBE = "8.8.8.8"
+APT_SOURCES_DIR = "/etc/apt/sources.list.d"
+
+
+def default_ipv4(module):
+    """The address, interface and gateway `ip -4 route get` names for a public address; {} without a route."""
+    ip = module.get_bin_path("ip")
+    if not ip:
+        return {}
+    rc, out, dummy = module.run_command([ip, "-4", "route", "get", ROUTE_PROBE])
+    words = out.split()
+    if rc != 0 or not words or words[0] != ROUTE_PROBE:
+        return {}
+    keys = {"src": "address", "dev": "interface", "via": "gateway"}
+    return dict((keys[word], words[i + 1]) for i, word in enumerate(words[:-1]) if word in keys)
+
+
+def proc_lines(path, prefix):
+    with open(path) as f:
+        return [line for line in f if line.startswith(prefix)]
+
+
+def logical_cpus():
+    return len(proc_lines("/proc/cpuinfo", "processor")) or os.cpu_count() or 1
+
+
+def memtotal_mb():
+    # "MemTotal:       16380452 kB"
+    return int(proc_lines("/proc/meminfo", "MemTotal:")[0].split()[1]) // 1024
+
+
+def gpu_count(module, nvidia_smi):
+    path = nvidia_smi if os.path.isabs(nvidia_smi) else module.get_bin_path(nvidia_smi)
+    if not path or not os.access(path, os.X_OK):
+        return 0
+    rc, out, err = module.run_command([path, "--query-gpu=index,name", "--format=csv,noheader"])
+    if rc != 0:
+        module.warn("%s failed (rc %d), so this host counts 0 GPUs: %s" % (path, rc, (err or out).strip()))
+        return 0
+    return len([line for line in out.splitlines() if line.strip()])
+
+
+def main():
+    module = AnsibleModule(
+        argument_spec=dict(
+            gpus=dict(type="bool", default=False),
+            nvidia_smi=dict(type="str", default="nvidia-smi"),
+            packages=dict(type="bool", default=False),
+        ),
+        supports_check_mode=True,
+    )
+    version = get_distribution_version() or ""
+    facts = dict(
+        ansible_hostname=platform.node().split(".")[0],
+        ansible_default_ipv4=default_ipv4(module),
+        ansible_processor_vcpus=logical_cpus(),
+        ansible_memtotal_mb=memtotal_mb(),
+        ansible_distribution=get_distribution() or "",
+        ansible_distribution_version=version,
+        ansible_distribution_major_version=version.split(".")[0],
+    )
+    result = dict(changed=False, ansible_facts=facts)
+    if module.params["gpus"]:
+        result["gpu_count"] = gpu_count(module, module.params["nvidia_smi"])
+    if module.params["packages"]:
+        result["installed_packages"] = installed_packages(module)
+        sources = os.listdir(APT_SOURCES_DIR) if os.path.isdir(APT_SOURCES_DIR) else []
+        result["apt_source_files"] = sorted(os.path.join(APT_SOURCES_DIR, name) for name in sources)
+    module.exit_json(**result)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,86 @@
+"""host_facts through `ansible -m` on the control node: each fact it sets has the value ansible.builtin.setup
+gives it on the same machine; the GPU count from a stand-in nvidia-smi (a test double: no GPU on this
+machine), 0 without one, 0 with a warning when it fails; the installed packages as dpkg says; the apt sources
+files. The roles run it on real test hosts in the Slurm lifecycle and molecule suites."""
+
+import json
+import os
+import subprocess
+import sys
+
+import live_ansible
+import pytest
+
+FACTS = ("ansible_hostname", "ansible_default_ipv4", "ansible_processor_vcpus", "ansible_memtotal_mb",
+         "ansible_distribution", "ansible_distribution_version", "ansible_distribution_major_version")
+
+
+@pytest.fixture
+def node(tmp_path):
+    inventory = tmp_path / "hosts.ini"
+    inventory.write_text(f"node ansible_connection=local ansible_python_interpreter={sys.executable}\n")
+
+    class Node:
+        def run(self, module="host_facts", **args):
+            return live_ansible.run(inventory, "node", module, args)
+
+    return Node()
+
+
+def stand_in_nvidia_smi(tmp_path, script):
+    """A test double for nvidia-smi (no GPU on this machine): prints what a real one prints for two GPUs."""
+    path = tmp_path / "nvidia-smi"
+    path.write_text("#!/bin/sh\n" + script)
+    path.chmod(0o700)
+    return str(path)
+
+
+def setup_facts(tmp_path):
+    inventory = tmp_path / "setup.ini"
+    inventory.write_text(f"node ansible_connection=local ansible_python_interpreter={sys.executable}\n")
+    cmd = [str(live_ansible.ANSIBLE), "node", "-i", str(inventory), "-m", "ansible.builtin.setup", "-a",
+           "gather_subset=!all,network,hardware", "-o"]
+    out = subprocess.run(cmd, capture_output=True, text=True, check=True, timeout=300).stdout
+    return json.loads(out.split(" => ", 1)[1])["ansible_facts"]
+
+
+def test_each_fact_is_the_one_setup_gives(node, tmp_path):
+    result, dummy = node.run(gpus=False)  # `ansible -a '{}'` would be raw parameters
+    assert not result.get("failed") and result["changed"] is False, result
+    ours, theirs = result["ansible_facts"], setup_facts(tmp_path)
+    for fact in FACTS:
+        if fact == "ansible_default_ipv4":
+            want = {k: theirs[fact][k] for k in ("address", "interface", "gateway") if k in theirs[fact]}
+            assert ours[fact] == want and want.get("address"), (ours[fact], theirs[fact])
+        else:
+            assert ours[fact] == theirs[fact], (fact, ours[fact], theirs[fact])
+    assert set(ours) == set(FACTS), "only the facts it documents, and nothing read with gpus or packages off"
+    assert "gpu_count" not in result and "installed_packages" not in result
+
+
+def test_gpus_are_counted_with_the_nvidia_smi_given(node, tmp_path):
+    double = stand_in_nvidia_smi(tmp_path, 'echo "0, NVIDIA H100 80GB HBM3"\necho "1, NVIDIA H100 80GB HBM3"\n')
+    result, dummy = node.run(gpus=True, nvidia_smi=double)
+    assert result["gpu_count"] == 2, result
+    assert "gpu_count" not in result["ansible_facts"], "a return value, not a fact a cache would keep"
+
+
+def test_a_host_without_nvidia_smi_has_no_gpu(node):
+    result, dummy = node.run(gpus=True, nvidia_smi="gpuaas-no-such-nvidia-smi")
+    assert not result.get("failed") and result["gpu_count"] == 0, result
+
+
+def test_a_failing_nvidia_smi_counts_no_gpu_and_says_why(node, tmp_path):
+    double = stand_in_nvidia_smi(tmp_path, 'echo "NVIDIA-SMI has failed: driver not loaded" >&2\nexit 9\n')
+    result, dummy = node.run(gpus=True, nvidia_smi=double)
+    assert not result.get("failed") and result["gpu_count"] == 0, result
+    assert any("rc 9" in w and "driver not loaded" in w for w in result.get("warnings", [])), result
+
+
+def test_packages_are_dpkgs_answer_and_the_apt_sources_files_are_listed(node):
+    result, dummy = node.run(packages=True)
+    version = subprocess.run(["dpkg-query", "--show", "--showformat=${Version}", "dpkg"], check=True,
+                             capture_output=True, text=True).stdout
+    assert f"dpkg ii dpkg {version}" in result["installed_packages"], result.get("msg")
+    listed = sorted(os.path.join("/etc/apt/sources.list.d", n) for n in os.listdir("/etc/apt/sources.list.d"))
+    assert result["apt_source_files"] == listed
