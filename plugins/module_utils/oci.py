@@ -25,9 +25,11 @@ import copy
 import json
 import os
 import re
+import signal
 import socket
 import subprocess
 import time
+import uuid
 
 from urllib.error import HTTPError, URLError
 from urllib.request import ProxyHandler, build_opener
@@ -613,6 +615,31 @@ def unit_journal(module, unit, lines=15):
     return (out or "").strip()
 
 
+# Marks the processes of one command probe in their environment, so that a timed-out one can be found.
+PROBE_MARK = "GPUAAS_PROBE_RUN"
+
+
+def kill_marked(mark, proc_dir="/proc"):
+    """Kill every process whose environment holds ``mark`` (NAME=value); how many were killed.
+
+    Killing a timed-out ``podman exec`` client does not end the command it started (conmon keeps the exec
+    session): without this, every probe look that timed out would leave its command running in the workload."""
+    needle = mark.encode("utf-8")
+    killed = 0
+    for entry in os.listdir(proc_dir):
+        if not entry.isdigit():
+            continue
+        try:
+            with open(os.path.join(proc_dir, entry, "environ"), "rb") as f:
+                if needle not in f.read().split(b"\0"):
+                    continue
+            os.kill(int(entry), signal.SIGKILL)
+            killed += 1
+        except (IOError, OSError):
+            continue  # gone already
+    return killed
+
+
 def probe_once(podman, probe, container):
     """(ok, detail) for one look with ``probe`` (from normalize_probe()) at a workload whose container
     is ``container``."""
@@ -630,8 +657,10 @@ def probe_once(podman, probe, container):
         return http_check(probe["host"], probe["port"], probe["path"], probe["status"], probe["timeout"])
     if kind == "tcp":
         return tcp_check(probe["host"], probe["port"], probe["timeout"])
-    rc, out, err = podman.run_timed(["exec", container] + probe["command"], probe["timeout"])
+    mark = "%s=%s" % (PROBE_MARK, uuid.uuid4().hex)
+    rc, out, err = podman.run_timed(["exec", "--env", mark, container] + probe["command"], probe["timeout"])
     if rc is None:
+        kill_marked(mark)
         return False, "command %s: no answer within %gs" % (" ".join(probe["command"]), probe["timeout"])
     detail = (err or out or "").strip().splitlines()
     return rc == 0, "command %s: rc=%s%s" % (" ".join(probe["command"]), rc, (": " + detail[-1]) if detail else "")

@@ -74,7 +74,8 @@ attributes:
     description: Can run in check mode and report what would change without changing anything.
     support: full
   diff_mode:
-    description: Reports whether the image is present before and after.
+    description: Reports whether the image is present before and after and, with O(service), whether the workload's
+      record lists it.
     support: full
 """
 
@@ -239,6 +240,7 @@ def main():
             raise OciError(PODMAN_MISSING)
         result = dict(image=str(reference), repository=reference.name, digest=reference.digest, pulled=False,
                       removed=False)
+        recorded = None  # (before, after): whether the workload's record lists the image
         if params["state"] == "present":
             changed = before is None
             if changed and not module.check_mode:
@@ -248,7 +250,9 @@ def main():
             if after:
                 result["id"] = after.get("Id")
             if params["service"]:
-                changed = record_pull(module, reference) or changed
+                added = record_pull(module, reference)
+                changed = added or changed
+                recorded = (not added, True)
         else:
             changed = before is not None
             if changed and not module.check_mode:
@@ -259,6 +263,8 @@ def main():
         result["changed"] = changed
         result["diff"] = dict(before={"image": str(reference), "present": before is not None},
                               after={"image": str(reference), "present": params["state"] == "present"})
+        if recorded:  # a change of the record alone must show in the diff too
+            result["diff"]["before"]["recorded"], result["diff"]["after"]["recorded"] = recorded
         module.exit_json(**result)
     except OciError as error:
         module.fail_json(msg=str(error))
