@@ -24,6 +24,7 @@ description:
   - Directories are handled first, in the order given (missing parents are created, owned by root, mode 0755),
     then files. A file's parent directory must exist or be among O(directories).
   - Paths must not be symbolic links; the module refuses one instead of writing through it.
+  - O(absent) removes paths (a teardown's), in the same module run, before anything else.
 author:
   - gpuaas.apps developers (@gpuaas)
 options:
@@ -87,9 +88,16 @@ options:
       tag:
         description: Reported in RV(changed_tags) when this file's content or attributes change.
         type: str
+  absent:
+    description:
+      - Absolute paths to remove. A file or symbolic link is removed (not what it points to); a directory with
+        everything in it. A path that does not exist is left as it is.
+    type: list
+    elements: path
+    default: []
 notes:
-  - Supports check mode and diff mode. The diff shows each changed file's content (except secret content) and
-    each changed owner, group or mode.
+  - Supports check mode and diff mode. The diff shows each changed file's content (except secret content),
+    each changed owner, group or mode, and each removed path.
 extends_documentation_fragment:
   - gpuaas.apps.attributes.check_and_diff
 """
@@ -117,11 +125,15 @@ EXAMPLES = r"""
         group: munge
         mode: "0400"
         tag: munge
+
+- name: Remove slurmd's configuration, spool and logs
+  gpuaas.apps.file_set:
+    absent: [/etc/default/slurmd, /var/lib/slurm/slurmd, /var/log/slurm/slurmd.log]
 """
 
 RETURN = r"""
 changed_paths:
-  description: The paths that were (in check mode, would be) created or changed, in the order given.
+  description: The paths that were (in check mode, would be) removed, created or changed, in the order given.
   returned: always
   type: list
   elements: str
@@ -137,6 +149,7 @@ changed_tags:
 import grp  # noqa: E402 - Ansible modules import after their documentation
 import os  # noqa: E402
 import pwd  # noqa: E402
+import shutil  # noqa: E402
 
 from ansible.module_utils.basic import AnsibleModule  # noqa: E402
 from ansible_collections.gpuaas.apps.plugins.module_utils.files import write_file  # noqa: E402
@@ -188,6 +201,24 @@ def keep_directory(module, entry, planned_dirs):
         os.makedirs(path)
         module.set_fs_attributes_if_different(file_args(module, path, entry), True, expand=False)
     return True, diff
+
+
+def remove_path(module, path):
+    """(changed, diff) for removing ``path``: a file or link itself, a directory with its content."""
+    if os.path.islink(path) or os.path.isfile(path):
+        kind = "link" if os.path.islink(path) else "file"
+    elif os.path.isdir(path):
+        kind = "directory"
+    elif os.path.lexists(path):
+        raise FileSetError("%s is neither a file, a link nor a directory; file_set does not remove it" % path)
+    else:
+        return False, None
+    if not module.check_mode:
+        if kind == "directory":
+            shutil.rmtree(path)
+        else:
+            os.unlink(path)
+    return True, dict(before_header=path, after_header=path, before=dict(state=kind), after=dict(state="absent"))
 
 
 def read_bytes(path):
@@ -246,6 +277,7 @@ def main():
                         tag=dict(type="str"))
     module = AnsibleModule(
         argument_spec=dict(
+            absent=dict(type="list", elements="path", default=[]),
             directories=dict(type="list", elements="dict", default=[], options=path_options),
             files=dict(type="list", elements="dict", default=[],
                        options=dict(path_options, content=dict(type="str"),
@@ -259,6 +291,14 @@ def main():
     changed_paths, changed_tags, diffs = [], set(), []
     planned_dirs = set()
     try:
+        relative = [path for path in module.params["absent"] if not os.path.isabs(path)]
+        if relative:
+            raise FileSetError("%s is not an absolute path" % relative[0])
+        for path in module.params["absent"]:
+            removed, diff = remove_path(module, path)
+            if removed:
+                changed_paths.append(path)
+                diffs.append(diff)
         for kind, entry in entries:
             if not os.path.isabs(entry["path"]):
                 raise FileSetError("%s is not an absolute path" % entry["path"])

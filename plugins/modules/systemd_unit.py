@@ -20,8 +20,8 @@ description:
     daemon this run started (it read its new configuration as it started) from one that was running before.
   - Why not C(ansible.builtin.systemd_service), which does the same for one unit? Each of its runs imports the
     whole facts library (to detect a chroot) and asks C(systemctl) more than once, which costs a role's
-    play a large share of its time on each host. The collection's roles keep their daemons with this module;
-    restarts in handlers and teardowns still use C(ansible.builtin.systemd_service).
+    play a large share of its time on each host. The collection's roles keep and stop their daemons with this
+    module; restarts in handlers still use C(ansible.builtin.systemd_service).
 author:
   - gpuaas.apps developers (@gpuaas)
 options:
@@ -45,8 +45,9 @@ options:
 extends_documentation_fragment:
   - gpuaas.apps.attributes.check_and_diff
 notes:
-  - Requires systemd (C(systemctl)). A unit systemd does not know, or a masked unit asked to be enabled or
-    started, fails the module with the unit's name.
+  - Requires systemd (C(systemctl)). A unit systemd does not know is already stopped and disabled (a teardown
+    of a host that never had the package changes nothing); asked to be enabled or started, it fails the module
+    with the unit's name, as does a masked unit.
 """
 
 EXAMPLES = r"""
@@ -111,7 +112,9 @@ def main():
 
     status = show(module, systemctl, name)
     if status.get("LoadState") == "not-found":
-        module.fail_json(msg="systemd knows no unit %s" % name, status=status)
+        if enabled or state == "started":
+            module.fail_json(msg="systemd knows no unit %s" % name, status=status)
+        module.exit_json(changed=False, status=status)
     if module.params["daemon_reload"] and status.get("NeedDaemonReload") == "yes" and not module.check_mode:
         rc, out, err = module.run_command([systemctl, "daemon-reload"])
         if rc != 0:

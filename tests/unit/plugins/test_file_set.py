@@ -133,3 +133,33 @@ def test_bad_requests_get_a_clear_error(node, mutate, words):
     result = node.run(**args)
     assert result.get("failed") and words in result["msg"], result
     assert (node.path / "afile").read_text() == ""
+
+
+def test_absent_removes_files_links_and_directory_trees_once_and_check_mode_only_lists_them(node):
+    root = node.path
+    (root / "tree" / "sub").mkdir(parents=True)
+    (root / "tree" / "sub" / "data.log").write_text("log\n")
+    (root / "key").write_text(SECRET)
+    target = root / "kept-target"
+    target.write_text("the link's target stays\n")
+    (root / "link").symlink_to(target)
+    paths = [str(root / name) for name in ("tree", "key", "link", "never-there")]
+
+    checked = node.run(check=True, diff=True, absent=paths)
+    assert checked["changed"] and checked["changed_paths"] == paths[:3], checked
+    assert [d["before"]["state"] for d in checked["diff"]] == ["directory", "file", "link"]
+    assert all(d["after"] == {"state": "absent"} for d in checked["diff"])
+    assert (root / "tree" / "sub" / "data.log").exists() and (root / "key").exists() and (root / "link").is_symlink()
+
+    removed = node.run(absent=paths)
+    assert removed["changed"] and removed["changed_paths"] == paths[:3], removed
+    assert not (root / "tree").exists() and not (root / "key").exists() and not (root / "link").is_symlink()
+    assert target.read_text() == "the link's target stays\n"
+    assert node.run(absent=paths)["changed"] is False
+
+
+def test_absent_refuses_a_relative_path_and_removes_nothing(node):
+    (node.path / "keep").write_text("x\n")
+    result = node.run(absent=[str(node.path / "keep"), "relative/path"])
+    assert result.get("failed") and "relative/path is not an absolute path" in result["msg"], result
+    assert (node.path / "keep").exists() and not result["changed"]

@@ -73,9 +73,16 @@ def test_daemon_reload_runs_when_the_unit_changed_on_disk_and_is_no_change(host)
     assert sorted(after) == ["Description=second", "NeedDaemonReload=no"]
 
 
-def test_a_unit_systemd_does_not_know_is_refused_by_name(host):
+def test_a_unit_systemd_does_not_know_is_refused_by_name_when_asked_to_run(host):
     result = host.module("systemd_unit", dict(name="gpuaas-no-such-unit", state="started"))
     assert result.get("failed") and result["msg"] == "systemd knows no unit gpuaas-no-such-unit", result
+
+
+def test_a_unit_systemd_does_not_know_is_already_stopped_and_disabled(host):
+    """A teardown on a host that never had the package changes nothing and needs no check first."""
+    result = host.module("systemd_unit", dict(name="gpuaas-no-such-unit", state="stopped", enabled=False))
+    assert not result.get("failed") and result["changed"] is False, result
+    assert result["status"]["LoadState"] == "not-found"
 
 
 def test_a_masked_unit_is_not_started_and_the_message_says_how_to_unmask_it(host):
