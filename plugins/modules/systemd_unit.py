@@ -9,19 +9,19 @@ __metaclass__ = type
 
 DOCUMENTATION = r"""
 module: systemd_unit
-short_description: Keep one systemd unit enabled or disabled, running or stopped
+short_description: Keep one systemd unit enabled or disabled, running or stopped, or restart it
 version_added: "0.1.0"
 description:
   - Reads the unit's state with one C(systemctl show), then enables or disables it and starts or stops it only
-    where that state differs from the one asked for.
+    where that state differs from the one asked for. V(restarted) always restarts it.
   - With O(daemon_reload), reloads systemd's configuration first, but only when systemd reports that the
     unit's files changed on disk since it loaded them (C(NeedDaemonReload)).
   - Returns RV(status), the unit's state as it was before the module changed anything, so a handler can tell a
     daemon this run started (it read its new configuration as it started) from one that was running before.
   - Why not C(ansible.builtin.systemd_service), which does the same for one unit? Each of its runs imports the
     whole facts library (to detect a chroot) and asks C(systemctl) more than once, which costs a role's
-    play a large share of its time on each host. The collection's roles keep and stop their daemons with this
-    module; restarts in handlers still use C(ansible.builtin.systemd_service).
+    play a large share of its time on each host. The collection's roles keep, restart and stop their daemons
+    with this module.
 author:
   - gpuaas.apps developers (@gpuaas)
 options:
@@ -35,9 +35,10 @@ options:
   state:
     description:
       - V(started) starts the unit unless it is active, activating or reloading; V(stopped) stops it unless it
-        is inactive or failed. Left as it is when not given.
+        is inactive or failed; V(restarted) restarts it (starts it when it is not running), which is always a
+        change. Left as it is when not given.
     type: str
-    choices: [started, stopped]
+    choices: [started, stopped, restarted]
   daemon_reload:
     description: Reload systemd's configuration first when the unit's files changed on disk.
     type: bool
@@ -60,7 +61,7 @@ EXAMPLES = r"""
   register: slurmd_unit
 
 - name: Restart slurmd for a new configuration, unless this run started it
-  ansible.builtin.systemd_service:
+  gpuaas.apps.systemd_unit:
     name: slurmd
     state: restarted
   when: slurmd_unit.status.ActiveState in ['active', 'activating']
@@ -102,7 +103,7 @@ def main():
         argument_spec=dict(
             name=dict(type="str", required=True),
             enabled=dict(type="bool"),
-            state=dict(type="str", choices=["started", "stopped"]),
+            state=dict(type="str", choices=["started", "stopped", "restarted"]),
             daemon_reload=dict(type="bool", default=False),
         ),
         supports_check_mode=True,
@@ -112,7 +113,7 @@ def main():
 
     status = show(module, systemctl, name)
     if status.get("LoadState") == "not-found":
-        if enabled or state == "started":
+        if enabled or state in ("started", "restarted"):
             module.fail_json(msg="systemd knows no unit %s" % name, status=status)
         module.exit_json(changed=False, status=status)
     if module.params["daemon_reload"] and status.get("NeedDaemonReload") == "yes" and not module.check_mode:
@@ -120,7 +121,7 @@ def main():
         if rc != 0:
             module.fail_json(msg="systemctl daemon-reload failed (rc %d): %s" % (rc, (err or out).strip()))
     masked = status.get("UnitFileState", "").startswith("masked")
-    if masked and (enabled or state == "started"):
+    if masked and (enabled or state in ("started", "restarted")):
         module.fail_json(msg="unit %s is masked: unmask it (systemctl unmask %s) to enable or start it" % (name, name),
                          status=status)
 
@@ -131,13 +132,15 @@ def main():
     can_enable = status.get("UnitFileState") in ("enabled", "enabled-runtime", "disabled")
     if enabled is not None and enabled != was_enabled and can_enable:
         commands.append("enable" if enabled else "disable")
-    if state == "started" and not was_active:
+    if state == "restarted":
+        commands.append("restart")
+    elif state == "started" and not was_active:
         commands.append("start")
     elif state == "stopped" and status.get("ActiveState") not in STOPPED:
         commands.append("stop")
 
     now_enabled = ("enable" in commands) or (was_enabled and "disable" not in commands)
-    now_active = ("start" in commands) or (was_active and "stop" not in commands)
+    now_active = ("start" in commands) or ("restart" in commands) or (was_active and "stop" not in commands)
     diff = dict(before_header=name, after_header=name, before=summary(was_enabled, was_active),
                 after=summary(now_enabled, now_active))
     if not module.check_mode:

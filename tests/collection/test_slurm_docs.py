@@ -18,7 +18,8 @@ READ = {m for path in SOURCES for m in re.findall(r"\b((?:slurm|gpuaas|munge)_[a
                                                    path.read_text())}
 # The playbooks set these for the roles, or the roles keep them to themselves.
 SET_BY_PLAYBOOKS = {"slurm_drain_missing_ok", "slurm_controller_nodes_add", "slurm_controller_nodes_remove",
-                    "slurm_controller_check_nodes", "slurm_controller_check_timeout", "slurm_controller_check_run_job"}
+                    "slurm_controller_check_nodes", "slurm_controller_check_timeout", "slurm_controller_check_run_job",
+                    "gpuaas_host_info"}
 INTERNAL = {"slurm_preflight_hosts_by_name"}
 
 

@@ -90,3 +90,14 @@ def test_a_masked_unit_is_not_started_and_the_message_says_how_to_unmask_it(host
     result = host.module("systemd_unit", dict(name=UNIT, enabled=True, state="started"))
     assert result.get("failed") and f"systemctl unmask {UNIT}" in result["msg"], result
     assert host.run("systemctl", "is-active", UNIT, check=False).stdout.strip() == "inactive"
+
+
+def test_restarted_always_restarts_and_check_mode_only_says_so(host):
+    host.run("systemctl", "start", UNIT)
+    pid = host.run("systemctl", "show", UNIT, "--property=MainPID").stdout.strip()
+    checked = host.module("systemd_unit", dict(name=UNIT, state="restarted"), check=True)
+    assert checked["changed"] and host.run("systemctl", "show", UNIT, "--property=MainPID").stdout.strip() == pid
+    result = host.module("systemd_unit", dict(name=UNIT, state="restarted"))
+    assert not result.get("failed") and result["changed"] and result["status"]["ActiveState"] == "active", result
+    new_pid = host.run("systemctl", "show", UNIT, "--property=MainPID").stdout.strip()
+    assert new_pid != pid and new_pid != "MainPID=0" and unit_state(host)[1] == "active"
