@@ -19,3 +19,15 @@ attributes:
     description: Reports what changed (or, in check mode, what would change) when run with --diff.
     support: full
 """
+
+    # A module that only reads (an _info or _facts module):
+    # extends_documentation_fragment: [gpuaas.apps.attributes.read_only]
+    READ_ONLY = r"""
+attributes:
+  check_mode:
+    description: Reads only, so check mode is a normal run.
+    support: full
+  diff_mode:
+    description: Changes nothing, so there is no diff.
+    support: none
+"""

@@ -45,18 +45,13 @@ options:
     type: bool
     default: false
 attributes:
-  check_mode:
-    description: Can run in check mode and report what would change without changing anything.
-    support: full
-    details: The module only reads.
-  diff_mode:
-    description: Reports what changed (or, in check mode, what would change) when run with --diff.
-    support: none
   facts:
     description: Action returns an C(ansible_facts) dictionary that will update existing host facts.
     support: full
 notes:
   - Written for Linux hosts with C(/proc), the C(ip) command and, with O(packages), dpkg.
+extends_documentation_fragment:
+  - gpuaas.apps.attributes.read_only
 """
 
 EXAMPLES = r"""

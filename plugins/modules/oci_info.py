@@ -42,13 +42,8 @@ options:
     default: true
 notes:
   - Reads only; check mode runs it in full.
-attributes:
-  check_mode:
-    description: Reads only, so check mode is a normal run.
-    support: full
-  diff_mode:
-    description: Changes nothing, so there is no diff.
-    support: none
+extends_documentation_fragment:
+  - gpuaas.apps.attributes.read_only
 """
 
 EXAMPLES = r"""

@@ -32,14 +32,8 @@ options:
         by default).
     type: list
     elements: str
-attributes:
-  check_mode:
-    description: Can run in check mode and report what would change without changing anything.
-    support: full
-    details: The module only reads.
-  diff_mode:
-    description: Reports what changed (or, in check mode, what would change) when run with --diff.
-    support: none
+extends_documentation_fragment:
+  - gpuaas.apps.attributes.read_only
 """
 
 EXAMPLES = r"""
