@@ -21,9 +21,10 @@ description:
     packages and the apt sources files. These are return values, not facts, because a fact cache would keep them
     past the run, and a later run must not decide what to install from an old list.
   - Why not C(setup)? Its network and hardware collectors read every interface, mount and device, and import
-    the whole facts library, which takes several times as long on each host as this module does. The roles
-    need a handful of facts per run, and this module reads only those, with the GPU count and the installed
-    packages in the same module run (each module run is an SSH round trip and a Python start on the host).
+    the whole facts library. On three test hosts at once that took 1.5-1.65 s more than a task that does
+    nothing, against 0.8-1.15 s for this module with the GPU count and the packages. The roles need a handful
+    of facts per run, and this module reads only those, with the GPU count and the installed packages in the
+    same module run (each module run is an SSH round trip and a Python start on the host).
   - Changes nothing.
 author:
   - gpuaas.apps developers (@gpuaas)
