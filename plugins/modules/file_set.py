@@ -25,6 +25,7 @@ description:
     then files. A file's parent directory must exist or be among O(directories).
   - Paths must not be symbolic links; the module refuses one instead of writing through it.
   - O(absent) removes paths (a teardown's), in the same module run, before anything else.
+  - O(service) keeps the daemon that reads the files, in the same module run, after everything else.
 author:
   - gpuaas.apps developers (@gpuaas)
 options:
@@ -95,6 +96,39 @@ options:
     type: list
     elements: path
     default: []
+  service:
+    description:
+      - A systemd unit that reads these files, kept in the same module run once the paths are in place (one
+        module start on each host instead of two).
+      - It is enabled and started (or disabled and stopped) only where its state differs, the way
+        M(gpuaas.apps.systemd_unit) does it. Systemd's configuration is reloaded first when systemd reports that
+        the unit's own files changed on disk (a drop-in among O(files), say).
+      - A running unit is restarted when a path whose tag is in O(service.restart_on) changed, or when
+        O(service.restart) is true; a stopped one is started, and reads its files as it starts.
+    type: dict
+    suboptions:
+      name:
+        description: The unit, for example V(munge) (a name with no type is a service).
+        type: str
+        required: true
+      enabled:
+        description: Whether the unit starts at boot.
+        type: bool
+        default: true
+      state:
+        description: Whether the unit runs.
+        type: str
+        choices: [started, stopped]
+        default: started
+      restart_on:
+        description: Tags (O(files[].tag), O(directories[].tag)) whose change restarts a running unit.
+        type: list
+        elements: str
+        default: []
+      restart:
+        description: Restart the unit even when none of its paths changed, for example after a package upgrade.
+        type: bool
+        default: false
 notes:
   - Supports check mode and diff mode. The diff shows each changed file's content (except secret content),
     each changed owner, group or mode, and each removed path.
@@ -126,6 +160,19 @@ EXAMPLES = r"""
         mode: "0400"
         tag: munge
 
+- name: Keep MUNGE's key and munged, restarting a running munged when the key changed
+  gpuaas.apps.file_set:
+    files:
+      - path: /etc/munge/munge.key
+        secret_content: "{{ munge_key }}"
+        owner: munge
+        group: munge
+        mode: "0400"
+        tag: key
+    service:
+      name: munge
+      restart_on: [key]
+
 - name: Remove slurmd's configuration, spool and logs
   gpuaas.apps.file_set:
     absent: [/etc/default/slurmd, /var/lib/slurm/slurmd, /var/log/slurm/slurmd.log]
@@ -144,6 +191,16 @@ changed_tags:
   type: list
   elements: str
   sample: [slurmd]
+service_status:
+  description: The properties of the unit in O(service) before the module changed it.
+  returned: when O(service) is given
+  type: dict
+  sample:
+    ActiveState: active
+    SubState: running
+    UnitFileState: enabled
+    LoadState: loaded
+    NeedDaemonReload: "no"
 """
 
 import grp  # noqa: E402 - Ansible modules import after their documentation
@@ -153,6 +210,7 @@ import shutil  # noqa: E402
 
 from ansible.module_utils.basic import AnsibleModule  # noqa: E402
 from ansible_collections.gpuaas.apps.plugins.module_utils.files import write_file  # noqa: E402
+from ansible_collections.gpuaas.apps.plugins.module_utils.systemd import UnitError, keep_unit  # noqa: E402
 
 ATTRIBUTES = ("owner", "group", "mode")
 
@@ -284,6 +342,13 @@ def main():
                                     secret_content=dict(type="str", no_log=True)),
                        mutually_exclusive=[("content", "secret_content")],
                        required_one_of=[("content", "secret_content")]),
+            service=dict(type="dict", options=dict(
+                name=dict(type="str", required=True),
+                enabled=dict(type="bool", default=True),
+                state=dict(type="str", choices=["started", "stopped"], default="started"),
+                restart_on=dict(type="list", elements="str", default=[]),
+                restart=dict(type="bool", default=False),
+            )),
         ),
         supports_check_mode=True,
     )
@@ -316,8 +381,21 @@ def main():
     except (FileSetError, OSError) as error:
         module.fail_json(msg=str(error), changed=bool(changed_paths), changed_paths=changed_paths,
                          changed_tags=sorted(changed_tags))
-    module.exit_json(changed=bool(changed_paths), changed_paths=changed_paths, changed_tags=sorted(changed_tags),
-                     diff=diffs)
+    result = dict(changed=bool(changed_paths), changed_paths=changed_paths, changed_tags=sorted(changed_tags))
+    service = module.params["service"]
+    if service:
+        restart = service["state"] == "started" and (service["restart"] or changed_tags & set(service["restart_on"]))
+        try:
+            unit_changed, result["service_status"], unit_diff = keep_unit(
+                module, service["name"], service["enabled"], "restarted" if restart else service["state"],
+                daemon_reload=True)
+        except UnitError as error:
+            result["changed"] = result["changed"] or error.changed
+            module.fail_json(msg=str(error), service_status=error.status, **result)
+        if unit_changed:
+            result["changed"] = True
+            diffs.append(unit_diff)
+    module.exit_json(diff=diffs, **result)
 
 
 if __name__ == "__main__":

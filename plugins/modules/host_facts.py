@@ -45,6 +45,14 @@ options:
         which the roles decide whether apt has anything to do.
     type: bool
     default: false
+  read:
+    description:
+      - Text files to read, by absolute path, into RV(file_contents), in the same module run. Meant for small
+        records a role keeps, not for secrets (the contents are part of the module's result). A file that exists
+        but cannot be read, or is not UTF-8 text, fails the module.
+    type: list
+    elements: path
+    default: []
 attributes:
   facts:
     description: Action returns an C(ansible_facts) dictionary that will update existing host facts.
@@ -121,9 +129,15 @@ apt_source_files:
   type: list
   elements: str
   sample: [/etc/apt/sources.list.d/gpuaas.list]
+file_contents:
+  description: The text of each file in O(read), by path; V(null) for a file that does not exist.
+  returned: with O(read)
+  type: dict
+  sample: {/etc/slurm/gpuaas-nodes.json: "{\"nodes\": {}}\n"}
 """
 
-import os  # noqa: E402 - Ansible modules import after their documentation
+import errno  # noqa: E402 - Ansible modules import after their documentation
+import os  # noqa: E402
 import platform  # noqa: E402
 
 from ansible.module_utils.basic import AnsibleModule  # noqa: E402
@@ -162,6 +176,20 @@ def memtotal_mb():
     return int(proc_lines("/proc/meminfo", "MemTotal:")[0].split()[1]) // 1024
 
 
+def read_record(module, path):
+    """The text of ``path``, None when it does not exist. Any other failure fails the module: a record that
+    cannot be read must not pass for an empty one."""
+    try:
+        with open(path) as f:
+            return f.read()
+    except (IOError, OSError) as error:
+        if error.errno == errno.ENOENT:
+            return None
+        module.fail_json(msg="cannot read %s: %s" % (path, error))
+    except UnicodeDecodeError as error:
+        module.fail_json(msg="%s is not UTF-8 text: %s" % (path, error))
+
+
 def gpu_count(module, nvidia_smi):
     path = nvidia_smi if os.path.isabs(nvidia_smi) else module.get_bin_path(nvidia_smi)
     if not path or not os.access(path, os.X_OK):
@@ -179,6 +207,7 @@ def main():
             gpus=dict(type="bool", default=False),
             nvidia_smi=dict(type="str", default="nvidia-smi"),
             packages=dict(type="bool", default=False),
+            read=dict(type="list", elements="path", default=[]),
         ),
         supports_check_mode=True,
     )
@@ -199,6 +228,11 @@ def main():
         result["installed_packages"] = installed_packages(module)
         sources = os.listdir(APT_SOURCES_DIR) if os.path.isdir(APT_SOURCES_DIR) else []
         result["apt_source_files"] = sorted(os.path.join(APT_SOURCES_DIR, name) for name in sources)
+    if module.params["read"]:
+        relative = [path for path in module.params["read"] if not os.path.isabs(path)]
+        if relative:
+            module.fail_json(msg="read: %s is not an absolute path" % relative[0])
+        result["file_contents"] = dict((path, read_record(module, path)) for path in module.params["read"])
     module.exit_json(**result)
 
 

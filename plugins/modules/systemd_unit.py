@@ -81,21 +81,7 @@ status:
 """
 
 from ansible.module_utils.basic import AnsibleModule  # noqa: E402 - Ansible modules import after their documentation
-
-PROPERTIES = ("LoadState", "ActiveState", "SubState", "UnitFileState", "NeedDaemonReload")
-RUNNING = ("active", "activating", "reloading")
-STOPPED = ("inactive", "failed")
-
-
-def show(module, systemctl, name):
-    rc, out, err = module.run_command([systemctl, "show", name, "--property=" + ",".join(PROPERTIES)])
-    if rc != 0:
-        module.fail_json(msg="systemctl show %s failed (rc %d): %s" % (name, rc, (err or out).strip()))
-    return dict(line.split("=", 1) for line in out.splitlines() if "=" in line)
-
-
-def summary(enabled, active):
-    return "enabled: %s\nactive: %s\n" % ("yes" if enabled else "no", "yes" if active else "no")
+from ansible_collections.gpuaas.apps.plugins.module_utils.systemd import STATES, UnitError, keep_unit  # noqa: E402
 
 
 def main():
@@ -103,53 +89,17 @@ def main():
         argument_spec=dict(
             name=dict(type="str", required=True),
             enabled=dict(type="bool"),
-            state=dict(type="str", choices=["started", "stopped", "restarted"]),
+            state=dict(type="str", choices=list(STATES)),
             daemon_reload=dict(type="bool", default=False),
         ),
         supports_check_mode=True,
     )
-    name, enabled, state = module.params["name"], module.params["enabled"], module.params["state"]
-    systemctl = module.get_bin_path("systemctl", required=True)
-
-    status = show(module, systemctl, name)
-    if status.get("LoadState") == "not-found":
-        if enabled or state in ("started", "restarted"):
-            module.fail_json(msg="systemd knows no unit %s" % name, status=status)
-        module.exit_json(changed=False, status=status)
-    if module.params["daemon_reload"] and status.get("NeedDaemonReload") == "yes" and not module.check_mode:
-        rc, out, err = module.run_command([systemctl, "daemon-reload"])
-        if rc != 0:
-            module.fail_json(msg="systemctl daemon-reload failed (rc %d): %s" % (rc, (err or out).strip()))
-    masked = status.get("UnitFileState", "").startswith("masked")
-    if masked and (enabled or state in ("started", "restarted")):
-        module.fail_json(msg="unit %s is masked: unmask it (systemctl unmask %s) to enable or start it" % (name, name),
-                         status=status)
-
-    was_enabled = status.get("UnitFileState") in ("enabled", "enabled-runtime")
-    was_active = status.get("ActiveState") in RUNNING
-    commands = []
-    # Units that are static, generated or indirect have no enablement of their own to change.
-    can_enable = status.get("UnitFileState") in ("enabled", "enabled-runtime", "disabled")
-    if enabled is not None and enabled != was_enabled and can_enable:
-        commands.append("enable" if enabled else "disable")
-    if state == "restarted":
-        commands.append("restart")
-    elif state == "started" and not was_active:
-        commands.append("start")
-    elif state == "stopped" and status.get("ActiveState") not in STOPPED:
-        commands.append("stop")
-
-    now_enabled = ("enable" in commands) or (was_enabled and "disable" not in commands)
-    now_active = ("start" in commands) or ("restart" in commands) or (was_active and "stop" not in commands)
-    diff = dict(before_header=name, after_header=name, before=summary(was_enabled, was_active),
-                after=summary(now_enabled, now_active))
-    if not module.check_mode:
-        for command in commands:
-            rc, out, err = module.run_command([systemctl, command, name])
-            if rc != 0:
-                module.fail_json(msg="systemctl %s %s failed (rc %d): %s" % (command, name, rc, (err or out).strip()),
-                                 changed=command != commands[0], status=status)
-    module.exit_json(changed=bool(commands), status=status, diff=diff)
+    try:
+        changed, status, diff = keep_unit(module, module.params["name"], module.params["enabled"],
+                                          module.params["state"], module.params["daemon_reload"])
+    except UnitError as error:
+        module.fail_json(msg=str(error), changed=error.changed, status=error.status)
+    module.exit_json(changed=changed, status=status, **(dict(diff=diff) if diff else {}))
 
 
 if __name__ == "__main__":

@@ -84,3 +84,29 @@ def test_packages_are_dpkgs_answer_and_the_apt_sources_files_are_listed(node):
     assert f"dpkg ii dpkg {version}" in result["installed_packages"], result.get("msg")
     listed = sorted(os.path.join("/etc/apt/sources.list.d", n) for n in os.listdir("/etc/apt/sources.list.d"))
     assert result["apt_source_files"] == listed
+
+
+def test_read_returns_each_record_and_none_for_a_missing_one(node, tmp_path):
+    record = tmp_path / "nodes.json"
+    record.write_text('{"nodes": {"w1": {}}}\n')
+    missing = tmp_path / "none.json"
+    result, dummy = node.run(read=[str(record), str(missing)])
+    assert not result.get("failed") and result["changed"] is False, result
+    assert result["file_contents"] == {str(record): '{"nodes": {"w1": {}}}\n', str(missing): None}
+
+
+def test_read_fails_on_a_record_it_cannot_read_rather_than_call_it_missing(node, tmp_path):
+    """A registry that passed for an empty one would be rewritten with the new nodes alone."""
+    directory = tmp_path / "a-directory"
+    directory.mkdir()
+    result, dummy = node.run(read=[str(directory)])
+    assert result.get("failed") and result["msg"].startswith(f"cannot read {directory}:"), result
+    binary = tmp_path / "binary"
+    binary.write_bytes(b"\xff\xfe\x00")
+    result, dummy = node.run(read=[str(binary)])
+    assert result.get("failed") and result["msg"].startswith(f"{binary} is not UTF-8 text"), result
+
+
+def test_read_refuses_a_relative_path(node):
+    result, dummy = node.run(read=["etc/slurm/gpuaas-nodes.json"])
+    assert result.get("failed") and result["msg"] == "read: etc/slurm/gpuaas-nodes.json is not an absolute path"

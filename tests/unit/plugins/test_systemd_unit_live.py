@@ -101,3 +101,34 @@ def test_restarted_always_restarts_and_check_mode_only_says_so(host):
     assert not result.get("failed") and result["changed"] and result["status"]["ActiveState"] == "active", result
     new_pid = host.run("systemctl", "show", UNIT, "--property=MainPID").stdout.strip()
     assert new_pid != pid and new_pid != "MainPID=0" and unit_state(host)[1] == "active"
+
+
+SYSV_SCRIPT = f"/etc/init.d/{UNIT}"
+SYSV_TEXT = f"""#!/bin/sh
+### BEGIN INIT INFO
+# Provides:          {UNIT}
+# Required-Start:    $remote_fs
+# Required-Stop:     $remote_fs
+# Default-Start:     2 3 4 5
+# Default-Stop:      0 1 6
+# Short-Description: the test's own SysV script beside its native unit
+### END INIT INFO
+exit 0
+"""
+
+
+def test_enable_leaves_the_sysv_links_of_a_native_unit_alone(host):
+    """A native unit with a SysV script beside it (as munge and slurmd have on Debian) is enabled through systemd
+    alone: update-rc.d would cost each enable about 0.25 s and its /etc/rc?.d links mean nothing under systemd."""
+    host.run("bash", "-c", f"printf %s '{SYSV_TEXT}' > {SYSV_SCRIPT} && chmod 755 {SYSV_SCRIPT}")
+    try:
+        host.run("systemctl", "daemon-reload")
+        result = host.module("systemd_unit", dict(name=UNIT, enabled=True, state="started"))
+        assert not result.get("failed") and result["changed"], result
+        assert unit_state(host) == ("enabled", "active")
+        links = host.run("bash", "-c", f"ls /etc/rc?.d | grep -c {UNIT} || true").stdout.strip()
+        assert links == "0", "update-rc.d ran: the SysV script got /etc/rc?.d links"
+        disabled = host.module("systemd_unit", dict(name=UNIT, enabled=False, state="stopped"))
+        assert disabled["changed"] and unit_state(host) == ("disabled", "inactive"), disabled
+    finally:
+        host.run("rm", "-f", SYSV_SCRIPT)

@@ -1,0 +1,104 @@
+"""file_set's `service` against the real systemd of a test host (the live_slurm fixture's host), over SSH as
+Ansible runs it: the daemon that reads the files is kept in the same module run, started when it is stopped,
+restarted only when it was running and one of its tagged paths changed (or a restart is asked for), with the
+drop-in among the files reloaded first; check mode and diff cover it."""
+
+import pytest
+
+UNIT = "gpuaas-test-reader"
+UNIT_FILE = f"/usr/lib/systemd/system/{UNIT}.service"
+DROP_IN_DIR = f"/etc/systemd/system/{UNIT}.service.d"
+CONFIG = "/etc/default/gpuaas-test-reader"
+# The daemon prints its configuration as it starts, so the test can tell which one it read.
+UNIT_TEXT = (f"[Unit]\nDescription=reader\n[Service]\nEnvironmentFile=-{CONFIG}\n"
+             "ExecStart=/bin/sh -c 'echo \"read $GREETING\"; exec sleep infinity'\n"
+             "[Install]\nWantedBy=multi-user.target\n")
+
+
+def main_pid(host):
+    return host.run("systemctl", "show", UNIT, "--property=MainPID").stdout.strip().split("=")[1]
+
+
+def state(host):
+    enabled = host.run("systemctl", "is-enabled", UNIT, check=False).stdout.strip()
+    active = host.run("systemctl", "is-active", UNIT, check=False).stdout.strip()
+    return enabled, active
+
+
+def args(greeting, **service):
+    return dict(
+        directories=[dict(path=DROP_IN_DIR, mode="0755")],
+        files=[dict(path=CONFIG, content=f"GREETING={greeting}\n", mode="0644", tag="config"),
+               dict(path=f"{DROP_IN_DIR}/description.conf", content="[Unit]\nDescription=reader, kept\n",
+                    mode="0644", tag="unit")],
+        service={"name": UNIT, "restart_on": ["config", "unit"], **service},
+    )
+
+
+@pytest.fixture
+def host(live_slurm):
+    """The test's own unit on the live host, disabled and stopped, with none of its files; gone after the test."""
+    live_slurm.run("bash", "-c", f"printf %s \"$0\" > {UNIT_FILE}", UNIT_TEXT)
+    live_slurm.run("systemctl", "daemon-reload")
+    yield live_slurm
+    live_slurm.run("systemctl", "disable", "--now", UNIT, check=False)
+    live_slurm.run("rm", "-rf", UNIT_FILE, DROP_IN_DIR, CONFIG)
+    live_slurm.run("systemctl", "daemon-reload")
+
+
+def test_first_run_writes_the_files_then_starts_the_daemon_once(host):
+    result = host.module("file_set", args("hello"))
+    assert not result.get("failed") and result["changed"], result
+    assert result["service_status"]["ActiveState"] == "inactive"
+    assert state(host) == ("enabled", "active")
+    # It read the file written in the same run, and the drop-in is in force without a manual daemon-reload.
+    shown = host.run("systemctl", "show", UNIT, "--property=Description,NeedDaemonReload").stdout.split("\n")
+    assert "Description=reader, kept" in shown and "NeedDaemonReload=no" in shown
+    assert "read hello" in host.run("journalctl", "-u", UNIT, "--no-pager", "-o", "cat").stdout
+    again = host.module("file_set", args("hello"))
+    assert not again.get("failed") and not again["changed"], again
+    assert again["service_status"]["ActiveState"] == "active"
+
+
+def test_a_changed_tagged_file_restarts_a_running_daemon_and_an_untagged_one_does_not(host):
+    host.module("file_set", args("hello"))
+    pid = main_pid(host)
+    untagged = args("hello", restart_on=["unit"])
+    untagged["files"][0]["content"] = "GREETING=hello\n# a comment the daemon ignores\n"
+    result = host.module("file_set", untagged)
+    assert result["changed"] and result["changed_paths"] == [CONFIG] and main_pid(host) == pid, result
+    result = host.module("file_set", args("again"))
+    assert result["changed"] and main_pid(host) != pid, result
+    assert "read again" in host.run("journalctl", "-u", UNIT, "--no-pager", "-o", "cat").stdout
+
+
+def test_restart_restarts_a_running_daemon_with_no_file_changed(host):
+    """What a role passes after a package upgrade."""
+    host.module("file_set", args("hello"))
+    pid = main_pid(host)
+    result = host.module("file_set", args("hello", restart=True))
+    assert result["changed"] and result["changed_paths"] == [] and main_pid(host) != pid, result
+
+
+def test_check_mode_plans_the_files_and_the_start_and_changes_nothing(host):
+    result = host.module("file_set", args("hello"), check=True, diff=True)
+    assert not result.get("failed") and result["changed"], result
+    unit_diff = result["diff"][-1]
+    assert unit_diff["before_header"] == UNIT and unit_diff["after"] == "enabled: yes\nactive: yes\n", result["diff"]
+    assert state(host) == ("disabled", "inactive")
+    assert host.run("test", "-e", CONFIG, check=False).returncode != 0
+
+
+def test_stopped_stops_and_disables_the_daemon_after_the_files(host):
+    host.module("file_set", args("hello"))
+    result = host.module("file_set", args("hello", state="stopped", enabled=False))
+    assert result["changed"] and state(host) == ("disabled", "inactive"), result
+
+
+def test_an_unknown_unit_fails_after_the_files_and_says_so(host):
+    bad = args("hello")
+    bad["service"]["name"] = "gpuaas-no-such-unit"
+    result = host.module("file_set", bad)
+    assert result.get("failed") and result["msg"] == "systemd knows no unit gpuaas-no-such-unit", result
+    # The files were written before: the result says so.
+    assert result["changed"] and CONFIG in result["changed_paths"], result
