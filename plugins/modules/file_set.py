@@ -105,6 +105,9 @@ options:
         the unit's own files changed on disk (a drop-in among O(files), say).
       - A running unit is restarted when a path whose tag is in O(service.restart_on) changed, or when
         O(service.restart) is true; a stopped one is started, and reads its files as it starts.
+      - With O(service.state=stopped) the unit is stopped (and disabled) first, before any path is removed or
+        written, and systemd is reloaded afterwards when it reports that a removed drop-in of the unit changed it
+        (a teardown in one module run).
     type: dict
     suboptions:
       name:
@@ -329,6 +332,21 @@ def keep_file(module, entry, planned_dirs):
     return content_changed or attributes_changed, diffs
 
 
+def keep_service(module, service, state, result, diffs, daemon_reload=True):
+    """Keeps the unit in ``service`` (see keep_unit) and adds what changed to ``result`` and ``diffs``; fails the
+    module with what was done so far when systemd refuses."""
+    try:
+        unit_changed, status, unit_diff = keep_unit(module, service["name"], service["enabled"] if state else None,
+                                                    state, daemon_reload=daemon_reload)
+    except UnitError as error:
+        result["changed"] = result["changed"] or error.changed
+        module.fail_json(msg=str(error), service_status=error.status, **result)
+    result.setdefault("service_status", status)
+    if unit_changed:
+        result["changed"] = True
+        diffs.append(unit_diff)
+
+
 def main():
     path_options = dict(path=dict(type="path", required=True), owner=dict(type="str", default="root"),
                         group=dict(type="str", default="root"), mode=dict(type="str", required=True),
@@ -355,6 +373,12 @@ def main():
     entries = [("directory", e) for e in module.params["directories"]] + [("file", e) for e in module.params["files"]]
     changed_paths, changed_tags, diffs = [], set(), []
     planned_dirs = set()
+    service = module.params["service"]
+    stopping = service is not None and service["state"] == "stopped"
+    result = dict(changed=False)
+    if stopping:
+        # A daemon stops before its files go.
+        keep_service(module, service, "stopped", result, diffs, daemon_reload=False)
     try:
         relative = [path for path in module.params["absent"] if not os.path.isabs(path)]
         if relative:
@@ -379,22 +403,17 @@ def main():
                     changed_tags.add(entry["tag"])
                 diffs.extend(entry_diffs)
     except (FileSetError, OSError) as error:
-        module.fail_json(msg=str(error), changed=bool(changed_paths), changed_paths=changed_paths,
-                         changed_tags=sorted(changed_tags))
-    result = dict(changed=bool(changed_paths), changed_paths=changed_paths, changed_tags=sorted(changed_tags))
-    service = module.params["service"]
-    if service:
-        restart = service["state"] == "started" and (service["restart"] or changed_tags & set(service["restart_on"]))
-        try:
-            unit_changed, result["service_status"], unit_diff = keep_unit(
-                module, service["name"], service["enabled"], "restarted" if restart else service["state"],
-                daemon_reload=True)
-        except UnitError as error:
-            result["changed"] = result["changed"] or error.changed
-            module.fail_json(msg=str(error), service_status=error.status, **result)
-        if unit_changed:
-            result["changed"] = True
-            diffs.append(unit_diff)
+        module.fail_json(msg=str(error), changed=result["changed"] or bool(changed_paths),
+                         changed_paths=changed_paths, changed_tags=sorted(changed_tags))
+    result.update(changed=result["changed"] or bool(changed_paths), changed_paths=changed_paths,
+                  changed_tags=sorted(changed_tags))
+    if stopping and changed_paths and not module.check_mode:
+        # systemd forgets a removed drop-in of the unit only when it reloads.
+        keep_service(module, service, None, result, diffs)
+    elif service and not stopping:
+        # A daemon starts, or restarts, once its files are in place.
+        restart = service["restart"] or changed_tags & set(service["restart_on"])
+        keep_service(module, service, "restarted" if restart else "started", result, diffs)
     module.exit_json(diff=diffs, **result)
 
 

@@ -12,6 +12,8 @@ CONFIG = "/etc/default/gpuaas-test-reader"
 # The daemon prints its configuration as it starts, so the test can tell which one it read.
 UNIT_TEXT = (f"[Unit]\nDescription=reader\n[Service]\nEnvironmentFile=-{CONFIG}\n"
              "ExecStart=/bin/sh -c 'echo \"read $GREETING\"; exec sleep infinity'\n"
+             # Says, as it stops, whether its configuration is still there.
+             f"ExecStop=/bin/sh -c 'test -e {CONFIG} && echo stopped-with-config || echo stopped-without-config'\n"
              "[Install]\nWantedBy=multi-user.target\n")
 
 
@@ -102,3 +104,23 @@ def test_an_unknown_unit_fails_after_the_files_and_says_so(host):
     assert result.get("failed") and result["msg"] == "systemd knows no unit gpuaas-no-such-unit", result
     # The files were written before: the result says so.
     assert result["changed"] and CONFIG in result["changed_paths"], result
+
+
+def test_a_teardown_stops_the_daemon_before_its_files_go_and_reloads_for_its_removed_drop_in(host):
+    host.module("file_set", args("hello"))
+    drop_in = f"{DROP_IN_DIR}/description.conf"
+    teardown = dict(absent=[CONFIG, DROP_IN_DIR], service=dict(name=UNIT, state="stopped", enabled=False))
+    checked = host.module("file_set", teardown, check=True, diff=True)
+    assert checked["changed"] and checked["changed_paths"] == [CONFIG, DROP_IN_DIR], checked
+    assert state(host) == ("enabled", "active") and host.run("test", "-e", drop_in, check=False).returncode == 0
+    result = host.module("file_set", teardown)
+    assert not result.get("failed") and result["changed"], result
+    assert result["service_status"]["ActiveState"] == "active", "the state before the teardown"
+    assert state(host) == ("disabled", "inactive")
+    log = host.run("journalctl", "-u", UNIT, "--no-pager", "-o", "cat").stdout
+    assert "stopped-with-config" in log and "stopped-without-config" not in log, "stopped before the paths went"
+    # And systemd no longer holds the removed drop-in.
+    shown = host.run("systemctl", "show", UNIT, "--property=Description,NeedDaemonReload").stdout.split("\n")
+    assert "Description=reader" in shown and "NeedDaemonReload=no" in shown, shown
+    again = host.module("file_set", teardown)
+    assert not again.get("failed") and not again["changed"], again
