@@ -99,6 +99,15 @@ def test_deploy_again_changes_nothing(cluster):
     assert_unchanged_second_run(cluster, "slurm_deploy")
 
 
+def test_a_short_munge_key_is_refused_with_its_reason_before_any_host_changes(cluster):
+    keys = {h: cluster.sh(h, "sha256sum /etc/munge/munge.key") for h in ("ctl", "w1", "w2")}
+    run = cluster.playbook("slurm_deploy", munge_key="too-short-a-key")
+    assert run.rc != 0 and "munge_key must be at least 32 characters long." in run.output, run.output[-4000:]
+    assert "too-short-a-key" not in run.output
+    assert not any(run.changed.values()), run.recap
+    assert {h: cluster.sh(h, "sha256sum /etc/munge/munge.key") for h in keys} == keys
+
+
 def test_reconfigure_changes_config_without_restarting_any_slurmd(cluster):
     assert_unchanged_second_run(cluster, "slurm_reconfigure")
     before = cluster.daemon_pids()
