@@ -171,6 +171,8 @@ def test_member_add_joins_a_worker_without_restarting_the_others(demo):
 
 def test_drain_waits_for_the_job_then_refresh_reads_slurm(demo):
     job = demo.slurm("sbatch --parsable -w w1 --output=/dev/null --wrap 'sleep 8'")
+    # Running before the drain: a job still pending when w1 drains could never start there.
+    wait_running(demo, job)
     op = demo.operate(f"/members/{demo.member('w1')['id']}/drain")
     assert op["status"] == "succeeded", op
     assert demo.slurm(f"squeue --noheader --jobs={job}") == ""
@@ -226,6 +228,13 @@ def job_state(demo, job: str) -> str:
     return demo.slurm(f"squeue --noheader --jobs={job} --format=%T")
 
 
+def wait_running(demo, job: str) -> None:
+    deadline = time.monotonic() + 60
+    while job_state(demo, job) != "RUNNING":
+        assert time.monotonic() < deadline, f"job {job} is {job_state(demo, job)!r}, not RUNNING after 60 s"
+        time.sleep(0.5)
+
+
 def timed(demo, path: str, body: dict | None = None) -> tuple[dict, float]:
     started = time.monotonic()
     op = demo.operate(path, body)
@@ -278,10 +287,7 @@ def test_upgrade_runs_each_versions_own_pinned_build(demo, rollout, tmp_path):
     # A job that runs through both version changes.
     job = demo.slurm("sbatch --parsable -w w3 --output=/dev/null --wrap 'sleep 900'")
     rollout["job"] = job
-    deadline = time.monotonic() + 60
-    while job_state(demo, job) != "RUNNING":
-        assert time.monotonic() < deadline, f"job {job} is {job_state(demo, job)!r}, not RUNNING after 60 s"
-        time.sleep(1)
+    wait_running(demo, job)
 
     op, seconds = timed(demo, "/upgrade", {"app_version_id": v2.version_id})
     assert op["status"] == "succeeded", op
