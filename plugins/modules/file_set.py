@@ -140,7 +140,7 @@ extends_documentation_fragment:
 """
 
 EXAMPLES = r"""
-- name: Keep slurmd's directories and files
+- name: Keep slurmd's directories and files, and slurmd, restarted when they changed while it ran
   gpuaas.apps.file_set:
     directories:
       - {path: /var/lib/slurm/slurmd, owner: slurm, group: slurm, mode: "0755"}
@@ -150,20 +150,12 @@ EXAMPLES = r"""
         content: "{{ lookup('ansible.builtin.template', 'slurmd.default.j2') }}"
         mode: "0644"
         tag: slurmd
+    service:
+      name: slurmd
+      restart_on: [slurmd]
   register: slurmd_files
-  notify: Restart slurmd
 
-- name: A key, kept out of the output
-  gpuaas.apps.file_set:
-    files:
-      - path: /etc/munge/munge.key
-        secret_content: "{{ munge_key }}"
-        owner: munge
-        group: munge
-        mode: "0400"
-        tag: munge
-
-- name: Keep MUNGE's key and munged, restarting a running munged when the key changed
+- name: Keep MUNGE's key (kept out of the output) and munged, restarting a running munged when the key changed
   gpuaas.apps.file_set:
     files:
       - path: /etc/munge/munge.key
@@ -176,9 +168,13 @@ EXAMPLES = r"""
       name: munge
       restart_on: [key]
 
-- name: Remove slurmd's configuration, spool and logs
+- name: Stop and disable slurmd, then remove its configuration, spool and logs
   gpuaas.apps.file_set:
     absent: [/etc/default/slurmd, /var/lib/slurm/slurmd, /var/log/slurm/slurmd.log]
+    service:
+      name: slurmd
+      state: stopped
+      enabled: false
 """
 
 RETURN = r"""
