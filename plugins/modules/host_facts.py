@@ -180,7 +180,7 @@ def read_record(module, path):
     """The text of ``path``, None when it does not exist. Any other failure fails the module: a record that
     cannot be read must not pass for an empty one."""
     try:
-        with open(path) as f:
+        with open(path, encoding="utf-8") as f:
             return f.read()
     except (IOError, OSError) as error:
         if error.errno == errno.ENOENT:
