@@ -9,6 +9,8 @@ task has left the one before). When the run ends every start is done.
 
 from __future__ import annotations
 
+import queue
+import threading
 import time
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
@@ -183,17 +185,32 @@ def follow(client: Client, op: dict, view: View, *, poll_seconds: float = 2.0,
     first = client.get(f"/v1/instances/{op['instance_id']}/events", correlation_id=op["correlation_id"],
                        limit=1)["items"]
     stream = client.event_stream(op["instance_id"], after=first[0]["id"] - 1 if first else 0)
+    inbox: queue.Queue = queue.Queue()
+
+    def read() -> None:
+        try:
+            for event in stream:
+                inbox.put(event)
+        except Exception as exc:  # noqa: BLE001 - handed to the main thread, which raises it
+            inbox.put(exc)
+
+    reader = threading.Thread(target=read, name="gpuaas-event-stream", daemon=True)
+    reader.start()
     view.start(progress)
     next_poll, ended_at = time.monotonic() + poll_seconds, None
     deadline = None if timeout is None else time.monotonic() + timeout
-    events = stream.in_background()
     try:
         while True:
             if deadline is not None and time.monotonic() > deadline:
                 raise ClientError(f"{op['kind']} {op['id']} did not finish in {timeout:.0f}s; it goes on")
-            item = next(events, StopIteration)
-            if item is StopIteration:
-                break
+            try:
+                item = inbox.get(timeout=0.25)
+            except queue.Empty:
+                item = None
+            if isinstance(item, Exception):
+                if stream.closed.is_set():
+                    break
+                raise item
             if item is not None:
                 text = progress.apply(item)
                 if text is not None:
@@ -203,11 +220,11 @@ def follow(client: Client, op: dict, view: View, *, poll_seconds: float = 2.0,
                 next_poll = time.monotonic() + poll_seconds
             if progress.finished:
                 ended_at = ended_at or time.monotonic()
-                # Ended: once the events that came with the end are shown (a wait without one).
-                if (progress.ended and item is None) or time.monotonic() - ended_at > END_GRACE_SECONDS:
+                if (progress.ended and inbox.empty()) or time.monotonic() - ended_at > END_GRACE_SECONDS:
                     break
             view.tick(progress)
     finally:
-        events.close()
+        stream.close()
         view.stop(progress)
+        reader.join(timeout=5)
     return progress

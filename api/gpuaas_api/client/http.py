@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import contextlib
 import json
-import queue
 import secrets
 import socket
 import threading
@@ -136,39 +135,6 @@ class EventStream:
                 sock.shutdown(socket.SHUT_RDWR)
         else:
             response.close()
-
-    def in_background(self, wait: float = 0.25) -> Iterator[dict | None]:
-        """The events, read on a daemon thread and yielded in this one, with None after each `wait` seconds
-        without one (so the caller can do other work). ^C then lands in this thread's wait rather than
-        inside the HTTP client's read, where it can leave the client's locks held and the process hung;
-        and the process can exit whatever the read does. Closes the stream when the caller stops; raises
-        what the reading raised, unless the stream was closed."""
-        inbox: queue.Queue = queue.Queue()
-
-        def read() -> None:
-            try:
-                for event in self:
-                    inbox.put(event)
-                inbox.put(StopIteration())
-            except Exception as exc:  # noqa: BLE001 - handed to the caller's thread, which raises it
-                inbox.put(exc)
-
-        reader = threading.Thread(target=read, name="gpuaas-event-stream", daemon=True)
-        reader.start()
-        try:
-            while True:
-                try:
-                    item = inbox.get(timeout=wait)
-                except queue.Empty:
-                    item = None
-                if isinstance(item, StopIteration) or (isinstance(item, Exception) and self.closed.is_set()):
-                    return
-                if isinstance(item, Exception):
-                    raise item
-                yield item
-        finally:
-            self.close()
-            reader.join(timeout=5)
 
     def __iter__(self) -> Iterator[dict]:
         failures = 0

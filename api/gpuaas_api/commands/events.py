@@ -51,8 +51,7 @@ def tail_events(args, client) -> int:
         show(event)
     if not args.follow:
         return 0
-    for event in client.event_stream(instance["id"], after=last).in_background():
-        if event is not None and args.type in (None, event["type"]) \
-                and args.correlation_id in (None, event["correlation_id"]):
+    for event in client.event_stream(instance["id"], after=last):
+        if args.type in (None, event["type"]) and args.correlation_id in (None, event["correlation_id"]):
             show(event)
     return 0
