@@ -56,7 +56,10 @@ def test_deploy_and_member_operations_are_followed_to_their_end(ops, cli):
     instance, _ = make_instance(ops, "life", workers=1)
     token = ops.w.tokens[SA]
     ops.start_worker()
-    tail = cli.popen("events", "tail", "life", "--follow", "-n", "1", token=token)
+    # Started as a terminal starts it, with ^C's default action: a child keeps an ignored SIGINT across exec, and
+    # a shell starts its background jobs (a CI run sent to the background, say) with SIGINT ignored.
+    tail = cli.popen("events", "tail", "life", "--follow", "-n", "1", token=token,
+                     preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))
     streamed, tail_errors, readers = [], [], []
     try:
         first_line = tail.stdout.readline()  # the timeline so far was read: what follows comes from the stream
