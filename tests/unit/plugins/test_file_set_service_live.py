@@ -3,6 +3,9 @@ Ansible runs it: the daemon that reads the files is kept in the same module run,
 restarted only when it was running and one of its tagged paths changed (or a restart is asked for), with the
 drop-in among the files reloaded first; check mode and diff cover it."""
 
+import time
+import uuid
+
 import pytest
 
 UNIT = "gpuaas-test-reader"
@@ -27,6 +30,16 @@ def state(host):
     return enabled, active
 
 
+def logged(host, text, timeout=10):
+    """Whether the daemon's journal shows `text` (journald may take a moment to have it)."""
+    deadline = time.monotonic() + timeout
+    while text not in host.run("journalctl", "-u", UNIT, "--no-pager", "-o", "cat").stdout:
+        if time.monotonic() > deadline:
+            return False
+        time.sleep(0.2)
+    return True
+
+
 def args(greeting, **service):
     return dict(
         directories=[dict(path=DROP_IN_DIR, mode="0755")],
@@ -49,15 +62,17 @@ def host(live_slurm):
 
 
 def test_first_run_writes_the_files_then_starts_the_daemon_once(host):
-    result = host.module("file_set", args("hello"))
+    # Each test's own greeting: the journal keeps what earlier tests' daemons printed.
+    greeting = f"hello-{uuid.uuid4().hex[:8]}"
+    result = host.module("file_set", args(greeting))
     assert not result.get("failed") and result["changed"], result
     assert result["service_status"]["ActiveState"] == "inactive"
     assert state(host) == ("enabled", "active")
     # It read the file written in the same run, and the drop-in is in force without a manual daemon-reload.
     shown = host.run("systemctl", "show", UNIT, "--property=Description,NeedDaemonReload").stdout.split("\n")
     assert "Description=reader, kept" in shown and "NeedDaemonReload=no" in shown
-    assert "read hello" in host.run("journalctl", "-u", UNIT, "--no-pager", "-o", "cat").stdout
-    again = host.module("file_set", args("hello"))
+    assert logged(host, f"read {greeting}")
+    again = host.module("file_set", args(greeting))
     assert not again.get("failed") and not again["changed"], again
     assert again["service_status"]["ActiveState"] == "active"
 
@@ -69,9 +84,10 @@ def test_a_changed_tagged_file_restarts_a_running_daemon_and_an_untagged_one_doe
     untagged["files"][0]["content"] = "GREETING=hello\n# a comment the daemon ignores\n"
     result = host.module("file_set", untagged)
     assert result["changed"] and result["changed_paths"] == [CONFIG] and main_pid(host) == pid, result
-    result = host.module("file_set", args("again"))
+    greeting = f"again-{uuid.uuid4().hex[:8]}"
+    result = host.module("file_set", args(greeting))
     assert result["changed"] and main_pid(host) != pid, result
-    assert "read again" in host.run("journalctl", "-u", UNIT, "--no-pager", "-o", "cat").stdout
+    assert logged(host, f"read {greeting}")
 
 
 def test_restart_restarts_a_running_daemon_with_no_file_changed(host):
@@ -117,8 +133,9 @@ def test_a_teardown_stops_the_daemon_before_its_files_go_and_reloads_for_its_rem
     assert not result.get("failed") and result["changed"], result
     assert result["service_status"]["ActiveState"] == "active", "the state before the teardown"
     assert state(host) == ("disabled", "inactive")
+    assert logged(host, "stopped-with-config")
     log = host.run("journalctl", "-u", UNIT, "--no-pager", "-o", "cat").stdout
-    assert "stopped-with-config" in log and "stopped-without-config" not in log, "stopped before the paths went"
+    assert "stopped-without-config" not in log, "stopped before the paths went"
     # And systemd no longer holds the removed drop-in.
     shown = host.run("systemctl", "show", UNIT, "--property=Description,NeedDaemonReload").stdout.split("\n")
     assert "Description=reader" in shown and "NeedDaemonReload=no" in shown, shown
