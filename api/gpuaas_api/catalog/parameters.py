@@ -31,7 +31,7 @@ SPECIAL_VARIABLES = frozenset({
 
 
 @cache
-def _ansible_reserved() -> frozenset[str]:
+def ansible_reserved() -> frozenset[str]:
     from ansible.vars.reserved import get_reserved_names  # imports Ansible's playbook classes: ~0.7 s, once
 
     return frozenset(get_reserved_names()) | SPECIAL_VARIABLES
@@ -45,7 +45,7 @@ def name_problem(name: str, platform_vars: set[str]) -> str | None:
         return "starts with ansible_: connection, host and interpreter variables are set by the platform only"
     if name in platform_vars:
         return "is set by the platform for every run (operation target or secret)"
-    if name in _ansible_reserved():
+    if name in ansible_reserved():
         return "is a name Ansible reserves"
     return None
 

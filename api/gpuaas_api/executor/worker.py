@@ -29,6 +29,7 @@ from psycopg import sql
 
 from .. import correlation
 from ..audit import service as audit
+from ..catalog import parameters
 from ..config import OperationSettings
 from ..content.collections import CollectionError, cache_root, installed_collection
 from ..content.store import ContentMissing, DigestMismatch, embedded_store
@@ -96,6 +97,9 @@ class Worker:
     def serve(self) -> None:
         """Run `concurrency` claim loops (and the listener that wakes them) until stop is set; returns
         after in-flight runs end."""
+        # Every run's plan checks variable names against Ansible's reserved ones, which takes importing
+        # Ansible's playbook classes (0.3-0.7 s): done here, it does not delay the first operation's start.
+        parameters.ansible_reserved()
         server = None
         if self.settings.worker_metrics_port is not None:
             server, _ = metrics.start_http_server(self.settings.worker_metrics_port, self.settings.worker_metrics_host)
@@ -211,10 +215,12 @@ class Worker:
         watch.start()
         try:
             with tracing.span("run", **{"gpuaas.hosts": len(plan.inventory.get("all", {}).get("hosts", {}))}) as run:
-                result = runner.run(self.settings, op, plan, collections_path, on_event=sink.append,
-                                    should_stop=watch.stop_reason)
+                try:
+                    result = runner.run(self.settings, op, plan, collections_path, on_event=sink.append,
+                                        should_stop=watch.stop_reason)
+                finally:
+                    sink.close()
                 run.set_attribute("gpuaas.run.status", result.status)
-                sink.close()
             if result.status == "lost":
                 log.warning("operation %s: lease lost to another worker; outcome left to it", op["id"])
                 return "lost"
@@ -357,39 +363,67 @@ class ContentRefused(Exception):
 
 
 class _EventSink:
-    """Appends run summaries to the timeline as they come, each committed at once so the live stream
-    shows progress. While the database is unreachable they wait in memory (a run is never failed for
-    its timeline) and are written, in order, when it answers again, at the latest on close."""
+    """Appends run summaries to the timeline from a thread of its own. ansible-runner hands each event
+    over in the loop that reads ansible-playbook's output, so a commit made there would hold the
+    playbook up (its output pipe fills) for as long as the database takes. Here append only queues:
+    the writer commits what has queued, in order, one transaction per batch, so the live stream still
+    shows progress as it comes. While the database is unreachable the events wait in memory (a run is
+    never failed for its timeline) and are written when it answers again, at the latest on close."""
 
     RETRY_SECONDS = 1.0
 
     def __init__(self, db: Database, instance: dict, cid: str, stop: threading.Event | None = None):
         self.db, self.instance, self.cid, self.stop = db, instance, cid, stop
         self.pending: list[tuple[str, dict]] = []
-        self.retry_at = 0.0
+        self.queued = threading.Condition()
+        self.closing = False
+        # A new thread starts with an empty context: its lines carry the run's ids only through this copy.
+        context = contextvars.copy_context()
+        self.writer = threading.Thread(target=context.run, args=(self._write_as_they_come,), daemon=True,
+                                       name=f"timeline-{cid}")
+        self.writer.start()
 
     def append(self, name: str, payload: dict) -> None:
-        self.pending.append((name, payload))
-        if time.monotonic() < self.retry_at:
-            return
-        try:
-            with self.db.transaction(timeout=self.RETRY_SECONDS) as conn:
-                self._write(conn)
-        except psycopg.OperationalError as exc:
-            log.warning("timeline: database unavailable (%s); %d events wait", type(exc).__name__,
-                        len(self.pending))
-            self.retry_at = time.monotonic() + self.RETRY_SECONDS
+        with self.queued:
+            self.pending.append((name, payload))
+            self.queued.notify()
 
     def close(self) -> None:
+        """Returns once every event is written; raises psycopg.OperationalError if the worker stops
+        while the database is still away."""
+        with self.queued:
+            self.closing = True
+            self.queued.notify()
+        self.writer.join()
         if self.pending:
             retrying(self.db, "timeline", self._write, self.stop)
 
+    def _write_as_they_come(self) -> None:
+        while True:
+            with self.queued:
+                self.queued.wait_for(lambda: self.pending or self.closing)
+                if not self.pending:
+                    return
+            try:
+                with self.db.transaction(timeout=self.RETRY_SECONDS) as conn:
+                    self._write(conn)
+            except psycopg.OperationalError as exc:
+                log.warning("timeline: database unavailable (%s); %d events wait", type(exc).__name__,
+                            len(self.pending))
+                if self.closing:
+                    return  # close writes what is left, waiting out the outage
+                with self.queued:
+                    self.queued.wait_for(lambda: self.closing, self.RETRY_SECONDS)
+
     def _write(self, conn: psycopg.Connection) -> None:
-        for name, payload in self.pending:
+        with self.queued:
+            batch = list(self.pending)
+        for name, payload in batch:
             audit.append_event(conn, self.instance, name, payload, correlation_id=self.cid)
         conn.commit()
-        metrics.events_ingested(name for name, _ in self.pending)
-        self.pending.clear()
+        metrics.events_ingested(name for name, _ in batch)
+        with self.queued:
+            del self.pending[:len(batch)]
 
 
 class _Heartbeat(threading.Thread):

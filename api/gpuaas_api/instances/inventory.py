@@ -3,7 +3,9 @@
 collection's `gpuaas.apps.gpuaas` inventory plugin), so both see the same hosts and groups.
 
 Hosts are member node names; `ansible_host`, `ansible_user` and `ansible_port` come from the
-allocation host (a user other than root gets `ansible_become`). Groups are the adapter roles'
+allocation host (a user other than root gets `ansible_become`). `ansible_python_interpreter` is
+/usr/bin/python3, which every host image the apps support has: named, it spares each host the extra
+SSH round trip of Ansible's interpreter discovery before its first task. Groups are the adapter roles'
 inventory groups. Each host carries `gpuaas_instance_id` and `gpuaas_members` (id, role, status of
 every member of the instance on it)."""
 
@@ -11,6 +13,8 @@ from __future__ import annotations
 
 from ..catalog.adapter import AdapterSpec
 from ..errors import unprocessable
+
+PYTHON = "/usr/bin/python3"
 
 
 def build(spec: AdapterSpec, instance_id: str, members: list[dict]) -> dict:
@@ -28,7 +32,8 @@ def build(spec: AdapterSpec, instance_id: str, members: list[dict]) -> dict:
         host = m["host"] or {}
         hostvars = hosts.setdefault(m["node_name"], {
             "ansible_host": host.get("address", m["host_name"]), "ansible_user": host.get("ssh_user", "root"),
-            "ansible_port": host.get("ssh_port", 22), "gpuaas_instance_id": str(instance_id), "gpuaas_members": []})
+            "ansible_port": host.get("ssh_port", 22), "ansible_python_interpreter": PYTHON,
+            "gpuaas_instance_id": str(instance_id), "gpuaas_members": []})
         if hostvars["ansible_user"] != "root":
             hostvars["ansible_become"] = True
         hostvars["gpuaas_members"].append({"id": str(m["id"]), "role": m["role"], "status": m["status"]})
