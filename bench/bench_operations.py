@@ -16,8 +16,8 @@ The floor is the same playbook from the same installed collection with the same 
 hand through ansible-runner (no service): call -> playbook_on_start, one after each operation of
 the one-worker configuration (interleaved, so both see the same machine load).
 
-Ingestion: events/s appended to the timeline through the worker's event sink (one committed INSERT
-per event, as during a run), and the events per real run.
+Ingestion: events/s appended to the timeline through the worker's event sink (the run queues them, the
+sink's writer thread commits what has queued in one transaction at a time), and the events per real run.
 
     .venv/bin/python bench/bench_operations.py [--ops 30] [--poll SECONDS]
 """
@@ -219,10 +219,10 @@ def main() -> int:
         for i in range(count):
             sink.append("run.task_ok", {"host": f"h{i % 8}", "task": "Bench task", "play": "Bench", "changed": False,
                                         "duration": 0.01})
+        sink.close()  # returns once the writer has committed every event
         elapsed = time.monotonic() - started
-        sink.close()
         print(f"\ntimeline ingestion: {count} events in {elapsed:.2f}s = {count / elapsed:.0f} events/s "
-              "(one committed INSERT per event, as during a run)")
+              "(the worker's event sink: queued by the run, committed in batches by its writer thread)")
     database.close()
     server.stop()
     shutil.rmtree(tmp, ignore_errors=True)  # runs, markers (the test app writes its munge key there)
