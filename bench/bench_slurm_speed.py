@@ -250,14 +250,17 @@ CONTROLLER_ACTIONS = {"assert", "set_fact", "include_role", "import_role", "incl
 
 
 def host_runs(profile: dict) -> dict[str, dict]:
-    """Per host: how many tasks ran a module on it (not skipped) and the seconds they took. Each is one
-    SSH round trip and one module start on the host, the cost the remaining time is made of."""
+    """Per host: how many tasks ran on it (not skipped), how many of them with `raw`, and the seconds they
+    took. Each is one SSH round trip, and one module start on the host unless it is raw: the cost the
+    remaining time is made of."""
     runs: dict[str, dict] = {}
     for t in profile["tasks"]:
-        if t["status"] == "skipped" or t["host"] == "localhost" or t["action"].split(".")[-1] in CONTROLLER_ACTIONS:
+        action = t["action"].split(".")[-1]
+        if t["status"] == "skipped" or t["host"] == "localhost" or action in CONTROLLER_ACTIONS:
             continue
-        host = runs.setdefault(t["host"], {"runs": 0, "seconds": 0.0})
+        host = runs.setdefault(t["host"], {"runs": 0, "raw": 0, "seconds": 0.0})
         host["runs"] += 1
+        host["raw"] += action == "raw"
         host["seconds"] += t["seconds"]
     return runs
 
@@ -310,9 +313,9 @@ def report(rounds: list[dict], summary: dict, rows: list[dict]) -> None:
         for play in profile["plays"]:
             tasks = len({t["task"] for t in profile["tasks"] if t["play"] == play["name"]})
             print(f"    {play.get('seconds', 0.0):6.1f}  {play['name']} ({tasks})")
-        print("  module runs on each host (one SSH round trip and one module start each): "
-              + ", ".join(f"{h} {r['runs']} in {r['seconds']:.1f} s ({r['seconds'] / r['runs']:.2f} s each)"
-                          for h, r in sorted(host_runs(profile).items())))
+        print("  tasks run on each host (one SSH round trip each, and one module start unless raw): "
+              + ", ".join(f"{h} {r['runs']} ({r['raw']} raw) in {r['seconds']:.1f} s "
+                          f"({r['seconds'] / r['runs']:.2f} s each)" for h, r in sorted(host_runs(profile).items())))
         print(f"  top {TOP_TASKS} tasks by longest time on one host:")
         for t in top_tasks(profile):
             print(f"    {t['seconds']:6.1f}  {t['host']:<4} ({t['hosts']} host{'s' if t['hosts'] > 1 else ''})"
