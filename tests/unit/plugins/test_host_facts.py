@@ -1,16 +1,24 @@
 """host_facts through `ansible -m` on the control node: each fact it sets has the value ansible.builtin.setup
-gives it on the same machine; the GPU count from a stand-in nvidia-smi (a test double: no GPU on this
-machine), 0 without one, 0 with a warning when it fails; the installed packages as dpkg says; the apt sources
-files. The roles run it on real test hosts in the Slurm lifecycle and molecule suites."""
+gives it on the same machine; the GPUs by device minor number from a stand-in nvidia-smi (a test double: no GPU
+on this machine) printing a real H100's `nvidia-smi -q -x` report (fixtures/nvidia-smi-q-x-h100.xml) or one
+derived from it (fixtures/nvidia-smi-q-x-h100-minors-0-2.xml: its <gpu> element copied, the copy at another PCI
+address with minor number 2, as on a host where the GPU with minor 1 fell off the bus); none without nvidia-smi,
+none with a warning when it fails or prints no XML; the installed packages as dpkg says; the apt sources files.
+The roles run it on real test hosts in the Slurm lifecycle and molecule suites."""
 
 import json
 import os
+import shlex
 import subprocess
 import sys
+from pathlib import Path
 
 import live_ansible
 import pytest
 
+FIXTURES = Path(__file__).parent / "fixtures"
+H100_REPORT = (FIXTURES / "nvidia-smi-q-x-h100.xml").read_text()
+HOLE_REPORT = (FIXTURES / "nvidia-smi-q-x-h100-minors-0-2.xml").read_text()
 FACTS = ("ansible_hostname", "ansible_default_ipv4", "ansible_processor_vcpus", "ansible_memtotal_mb",
          "ansible_distribution", "ansible_distribution_version", "ansible_distribution_major_version")
 
@@ -28,11 +36,19 @@ def node(tmp_path):
 
 
 def stand_in_nvidia_smi(tmp_path, script):
-    """A test double for nvidia-smi (no GPU on this machine): prints what a real one prints for two GPUs."""
+    """A test double for nvidia-smi (no GPU on this machine): a shell script."""
     path = tmp_path / "nvidia-smi"
     path.write_text("#!/bin/sh\n" + script)
     path.chmod(0o700)
     return str(path)
+
+
+def nvidia_smi_printing(tmp_path, report):
+    """The test double printing `report` for `nvidia-smi -q -x`, and refusing any other call."""
+    saved = tmp_path / "report.xml"
+    saved.write_text(report)
+    return stand_in_nvidia_smi(
+        tmp_path, f'[ "$*" = "-q -x" ] || {{ echo "called with: $*" >&2; exit 64; }}\ncat {shlex.quote(str(saved))}\n')
 
 
 def setup_facts(tmp_path):
@@ -55,26 +71,49 @@ def test_each_fact_is_the_one_setup_gives(node, tmp_path):
         else:
             assert ours[fact] == theirs[fact], (fact, ours[fact], theirs[fact])
     assert set(ours) == set(FACTS), "only the facts it documents, and nothing read with gpus or packages off"
-    assert "gpu_count" not in result and "installed_packages" not in result
+    assert "gpu_count" not in result and "gpu_minors" not in result and "installed_packages" not in result
 
 
-def test_gpus_are_counted_with_the_nvidia_smi_given(node, tmp_path):
-    double = stand_in_nvidia_smi(tmp_path, 'echo "0, NVIDIA H100 80GB HBM3"\necho "1, NVIDIA H100 80GB HBM3"\n')
-    result, dummy = node.run(gpus=True, nvidia_smi=double)
-    assert result["gpu_count"] == 2, result
-    assert "gpu_count" not in result["ansible_facts"], "a return value, not a fact a cache would keep"
+def test_each_gpu_is_listed_by_its_minor_number_not_its_index(node, tmp_path):
+    """Minors 0 and 2 (nvidia-smi indexes them 0 and 1): the device files are /dev/nvidia0 and /dev/nvidia2."""
+    result, dummy = node.run(gpus=True, nvidia_smi=nvidia_smi_printing(tmp_path, HOLE_REPORT))
+    assert not result.get("failed") and not result.get("warnings"), result
+    assert result["gpu_minors"] == [0, 2] and result["gpu_count"] == 2, result
+    assert "gpu_minors" not in result["ansible_facts"] and "gpu_count" not in result["ansible_facts"], \
+        "return values, not facts a cache would keep"
+
+
+def test_the_real_h100_report_is_one_gpu_with_minor_0(node, tmp_path):
+    result, dummy = node.run(gpus=True, nvidia_smi=nvidia_smi_printing(tmp_path, H100_REPORT))
+    assert result["gpu_minors"] == [0] and result["gpu_count"] == 1, result
+
+
+def test_a_gpu_without_a_minor_number_is_left_out_with_a_warning(node, tmp_path):
+    report = HOLE_REPORT.replace("<minor_number>2</minor_number>", "<minor_number>N/A</minor_number>")
+    result, dummy = node.run(gpus=True, nvidia_smi=nvidia_smi_printing(tmp_path, report))
+    assert not result.get("failed") and result["gpu_minors"] == [0] and result["gpu_count"] == 1, result
+    assert any("00000000:00:08.0" in w and "'N/A'" in w and "not counted" in w
+               for w in result.get("warnings", [])), result
 
 
 def test_a_host_without_nvidia_smi_has_no_gpu(node):
     result, dummy = node.run(gpus=True, nvidia_smi="gpuaas-no-such-nvidia-smi")
-    assert not result.get("failed") and result["gpu_count"] == 0, result
+    assert not result.get("failed") and result["gpu_count"] == 0 and result["gpu_minors"] == [], result
 
 
 def test_a_failing_nvidia_smi_counts_no_gpu_and_says_why(node, tmp_path):
     double = stand_in_nvidia_smi(tmp_path, 'echo "NVIDIA-SMI has failed: driver not loaded" >&2\nexit 9\n')
     result, dummy = node.run(gpus=True, nvidia_smi=double)
-    assert not result.get("failed") and result["gpu_count"] == 0, result
+    assert not result.get("failed") and result["gpu_count"] == 0 and result["gpu_minors"] == [], result
     assert any("rc 9" in w and "driver not loaded" in w for w in result.get("warnings", [])), result
+
+
+def test_a_report_cut_short_counts_no_gpu_and_says_why(node, tmp_path):
+    """nvidia-smi exits 0 but its XML stops half way."""
+    report = HOLE_REPORT[:len(HOLE_REPORT) // 2]
+    result, dummy = node.run(gpus=True, nvidia_smi=nvidia_smi_printing(tmp_path, report))
+    assert not result.get("failed") and result["gpu_count"] == 0 and result["gpu_minors"] == [], result
+    assert any("-q -x printed no XML" in w for w in result.get("warnings", [])), result
 
 
 def test_packages_are_dpkgs_answer_and_the_apt_sources_files_are_listed(node):
