@@ -47,3 +47,11 @@ def test_a_gpu_count_given_means_minors_0_to_n_minus_1(tmp_path):
     written = facts_twice(tmp_path, slurm_worker_gpus=3)
     assert written["first"]["gpus"] == 3 and written["first"]["gpu_minors"] == [0, 1, 2], written
     assert written["second"] == written["first"]
+
+
+def test_a_node_without_gpus_is_described_as_older_versions_described_it(tmp_path):
+    """No gpu_minors key: the controller's node registry does not change (and slurmctld does not restart) for a
+    node without GPUs when a deploy after an upgrade describes it again."""
+    written = facts_twice(tmp_path, slurm_worker_gpus=0)
+    assert written["first"] == {"name": "gpu1", "addr": "192.0.2.10", "cpus": 8, "real_memory": 64000,
+                                "features": [], "gpus": 0}, written
