@@ -25,7 +25,8 @@ description:
     then files. A file's parent directory must exist or be among O(directories).
   - Paths must not be symbolic links; the module refuses one instead of writing through it.
   - O(absent) removes paths (a teardown's), in the same module run, before anything else.
-  - O(service) keeps the daemon that reads the files, in the same module run, after everything else.
+  - O(service) keeps the daemon that reads the files, in the same module run, after everything else; O(services)
+    keeps several, in order (the daemon another needs first, such as munged before slurmd).
 author:
   - gpuaas.apps developers (@gpuaas)
 options:
@@ -132,6 +133,39 @@ options:
         description: Restart the unit even when none of its paths changed, for example after a package upgrade.
         type: bool
         default: false
+  services:
+    description:
+      - Several units, each as in O(service), kept in the order given in the same module run. Those to run are
+        started or restarted in that order, once every path is in place, each after the one before it has
+        started, so a daemon goes after the one it needs. Those to stop are stopped in the reverse order, before any
+        path is removed or written.
+      - Each unit restarts only for its own O(services[].restart_on) tags or O(services[].restart).
+    type: list
+    elements: dict
+    default: []
+    suboptions:
+      name:
+        description: The unit, for example V(munge) (a name with no type is a service).
+        type: str
+        required: true
+      enabled:
+        description: Whether the unit starts at boot.
+        type: bool
+        default: true
+      state:
+        description: Whether the unit runs.
+        type: str
+        choices: [started, stopped]
+        default: started
+      restart_on:
+        description: Tags (O(files[].tag), O(directories[].tag)) whose change restarts this unit when it runs.
+        type: list
+        elements: str
+        default: []
+      restart:
+        description: Restart the unit even when none of its paths changed, for example after a package upgrade.
+        type: bool
+        default: false
 notes:
   - Supports check mode and diff mode. The diff shows each changed file's content (except secret content),
     each changed owner, group or mode, and each removed path.
@@ -168,6 +202,20 @@ EXAMPLES = r"""
       name: munge
       restart_on: [key]
 
+- name: Keep MUNGE's key and slurmd's defaults, then munged and slurmd in that order, in one module run
+  gpuaas.apps.file_set:
+    files:
+      - path: /etc/munge/munge.key
+        secret_content: "{{ munge_key }}"
+        owner: munge
+        group: munge
+        mode: "0400"
+        tag: key
+      - {path: /etc/default/slurmd, content: "SLURMD_OPTIONS=--conf-server ctl:6817\n", mode: "0644", tag: slurmd}
+    services:
+      - {name: munge, restart_on: [key]}
+      - {name: slurmd, restart_on: [slurmd]}
+
 - name: Stop and disable slurmd, then remove its configuration, spool and logs
   gpuaas.apps.file_set:
     absent: [/etc/default/slurmd, /var/lib/slurm/slurmd, /var/log/slurm/slurmd.log]
@@ -198,6 +246,13 @@ service_status:
     ActiveState: active
     SubState: running
     UnitFileState: enabled
+services_status:
+  description: The properties of each unit in O(services) before the module changed it, by unit name.
+  returned: when O(services) is given
+  type: dict
+  sample:
+    munge: {ActiveState: active, SubState: running, UnitFileState: enabled}
+    slurmd: {ActiveState: inactive, SubState: dead, UnitFileState: enabled}
     LoadState: loaded
     NeedDaemonReload: "no"
 """
@@ -328,16 +383,16 @@ def keep_file(module, entry, planned_dirs):
     return content_changed or attributes_changed, diffs
 
 
-def keep_service(module, service, state, result, diffs, daemon_reload=True):
-    """Keeps the unit in ``service`` (see keep_unit) and adds what changed to ``result`` and ``diffs``; fails the
-    module with what was done so far when systemd refuses."""
+def keep_service(module, service, state, result, diffs, statuses, daemon_reload=True):
+    """Keeps the unit in ``service`` (see keep_unit) and adds what changed to ``result`` and ``diffs``, and its
+    status before any change to ``statuses``; fails the module with what was done so far when systemd refuses."""
     try:
         unit_changed, status, unit_diff = keep_unit(module, service["name"], service["enabled"] if state else None,
                                                     state, daemon_reload=daemon_reload)
     except UnitError as error:
         result["changed"] = result["changed"] or error.changed
         module.fail_json(msg=str(error), service_status=error.status, **result)
-    result.setdefault("service_status", status)
+    statuses.setdefault(service["name"], status)
     if unit_changed:
         result["changed"] = True
         diffs.append(unit_diff)
@@ -347,6 +402,13 @@ def main():
     path_options = dict(path=dict(type="path", required=True), owner=dict(type="str", default="root"),
                         group=dict(type="str", default="root"), mode=dict(type="str", required=True),
                         tag=dict(type="str"))
+    unit_options = dict(
+        name=dict(type="str", required=True),
+        enabled=dict(type="bool", default=True),
+        state=dict(type="str", choices=["started", "stopped"], default="started"),
+        restart_on=dict(type="list", elements="str", default=[]),
+        restart=dict(type="bool", default=False),
+    )
     module = AnsibleModule(
         argument_spec=dict(
             absent=dict(type="list", elements="path", default=[]),
@@ -356,25 +418,23 @@ def main():
                                     secret_content=dict(type="str", no_log=True)),
                        mutually_exclusive=[("content", "secret_content")],
                        required_one_of=[("content", "secret_content")]),
-            service=dict(type="dict", options=dict(
-                name=dict(type="str", required=True),
-                enabled=dict(type="bool", default=True),
-                state=dict(type="str", choices=["started", "stopped"], default="started"),
-                restart_on=dict(type="list", elements="str", default=[]),
-                restart=dict(type="bool", default=False),
-            )),
+            service=dict(type="dict", options=unit_options),
+            services=dict(type="list", elements="dict", default=[], options=unit_options),
         ),
+        mutually_exclusive=[("service", "services")],
         supports_check_mode=True,
     )
     entries = [("directory", e) for e in module.params["directories"]] + [("file", e) for e in module.params["files"]]
     changed_paths, changed_tags, diffs = [], set(), []
     planned_dirs = set()
     service = module.params["service"]
-    stopping = service is not None and service["state"] == "stopped"
-    result = dict(changed=False)
-    if stopping:
-        # A daemon stops before its files go.
-        keep_service(module, service, "stopped", result, diffs, daemon_reload=False)
+    units = [service] if service else module.params["services"]
+    stopping = [unit for unit in units if unit["state"] == "stopped"]
+    running = [unit for unit in units if unit["state"] == "started"]
+    result, statuses = dict(changed=False), {}
+    # A daemon stops before its files go, and before the daemons it needs (listed before it).
+    for unit in reversed(stopping):
+        keep_service(module, unit, "stopped", result, diffs, statuses, daemon_reload=False)
     try:
         relative = [path for path in module.params["absent"] if not os.path.isabs(path)]
         if relative:
@@ -404,12 +464,17 @@ def main():
     result.update(changed=result["changed"] or bool(changed_paths), changed_paths=changed_paths,
                   changed_tags=sorted(changed_tags))
     if stopping and changed_paths and not module.check_mode:
-        # systemd forgets a removed drop-in of the unit only when it reloads.
-        keep_service(module, service, None, result, diffs)
-    elif service and not stopping:
-        # A daemon starts, or restarts, once its files are in place.
-        restart = service["restart"] or changed_tags & set(service["restart_on"])
-        keep_service(module, service, "restarted" if restart else "started", result, diffs)
+        # systemd forgets a removed drop-in of a unit only when it reloads.
+        for unit in stopping:
+            keep_service(module, unit, None, result, diffs, statuses)
+    # A daemon starts, or restarts, once its files are in place and the daemons listed before it run.
+    for unit in running:
+        restart = unit["restart"] or changed_tags & set(unit["restart_on"])
+        keep_service(module, unit, "restarted" if restart else "started", result, diffs, statuses)
+    if service:
+        result["service_status"] = statuses[service["name"]]
+    elif units:
+        result["services_status"] = statuses
     module.exit_json(diff=diffs, **result)
 
 

@@ -16,6 +16,10 @@ from .slurm_harness import restarted
 pytestmark = [pytest.mark.hosts, pytest.mark.slow]
 
 
+# slurmd keeps the configuration slurmctld last sent it here (configless).
+CONF_CACHE = "/var/lib/slurm/slurmd/conf-cache/slurm.conf"
+
+
 def slurmd_pids(cluster, hosts):
     pids = cluster.daemon_pids()
     return {h: pids[(h, "slurmd")] for h in hosts}
@@ -118,11 +122,27 @@ def test_reconfigure_changes_config_without_restarting_any_slurmd(cluster):
     assert sorted(cluster.sh("ctl", "srun --immediate=30 -p debug -N2 hostname").split()) == ["w1", "w2"]
     # Configuration reaches the workers through slurmctld (configless): no daemon restarts.
     assert restarted(before, cluster.daemon_pids()) == set()
+    for worker in ("w1", "w2"):
+        assert "PartitionName=debug" in cluster.sh(worker, f"cat {CONF_CACHE}"), worker
 
-    back = cluster.playbook("slurm_reconfigure")
-    assert back.rc == 0, back.output[-4000:]
+
+def test_a_new_munge_key_and_a_config_change_reach_every_host_in_one_run(cluster):
+    """The workers keep munged in their slurmd run, after the controller's play: the controller's reconfigure
+    cannot reach a slurmd whose munged still has the old key, so slurmd restarts with the new key and fetches
+    its configuration as it starts."""
+    before = cluster.daemon_pids()
+    new_key = "rotated-" + "k" * 56
+    run = cluster.playbook("slurm_reconfigure", munge_key=new_key)  # the debug partition goes, too
+    assert run.rc == 0, run.output[-4000:]
+    assert new_key not in run.output
+    keys = {h: cluster.sh(h, "sha256sum < /etc/munge/munge.key") for h in ("ctl", "w1", "w2")}
+    assert len(set(keys.values())) == 1, keys
     assert "debug" not in cluster.sh("ctl", "sinfo --noheader --format=%P").split()
-    assert restarted(before, cluster.daemon_pids()) == set()
+    for worker in ("w1", "w2"):
+        assert "PartitionName=debug" not in cluster.sh(worker, f"cat {CONF_CACHE}"), worker
+    assert sorted(cluster.sh("ctl", "srun --immediate=30 -N2 hostname").split()) == ["w1", "w2"]
+    assert restarted(before, cluster.daemon_pids()) == {
+        ("ctl", "munge"), ("w1", "munge"), ("w2", "munge"), ("w1", "slurmd"), ("w2", "slurmd")}
 
 
 # Each group is built from one source package: its members need each other's exact version.

@@ -141,3 +141,69 @@ def test_a_teardown_stops_the_daemon_before_its_files_go_and_reloads_for_its_rem
     assert "Description=reader" in shown and "NeedDaemonReload=no" in shown, shown
     again = host.module("file_set", teardown)
     assert not again.get("failed") and not again["changed"], again
+
+
+NEEDER = "gpuaas-test-needer"
+NEEDER_FILE = f"/usr/lib/systemd/system/{NEEDER}.service"
+NEEDER_CONFIG = "/etc/default/gpuaas-test-needer"
+# A daemon that needs the reader: it says, as it starts and as it stops, whether the reader runs.
+NEEDER_TEXT = (f"[Unit]\nDescription=needer\n[Service]\nEnvironmentFile=-{NEEDER_CONFIG}\n"
+               f"ExecStart=/bin/sh -c 'echo \"started, reader $(systemctl is-active {UNIT})\"; exec sleep infinity'\n"
+               f"ExecStop=/bin/sh -c 'echo \"stopping, reader $(systemctl is-active {UNIT})\"'\n"
+               "[Install]\nWantedBy=multi-user.target\n")
+
+
+def needer_logged(host, text):
+    deadline = time.monotonic() + 10
+    while text not in host.run("journalctl", "-u", NEEDER, "--no-pager", "-o", "cat").stdout:
+        if time.monotonic() > deadline:
+            return False
+        time.sleep(0.2)
+    return True
+
+
+@pytest.fixture
+def two_units(host):
+    host.run("bash", "-c", f"printf %s \"$0\" > {NEEDER_FILE}", NEEDER_TEXT)
+    host.run("systemctl", "daemon-reload")
+    yield host
+    host.run("systemctl", "disable", "--now", NEEDER, check=False)
+    host.run("rm", "-f", NEEDER_FILE, NEEDER_CONFIG)
+    host.run("systemctl", "daemon-reload")
+
+
+def test_services_start_in_order_and_each_restarts_for_its_own_tags_only(two_units):
+    """What the Slurm workers do: munged, then slurmd, in slurmd's run."""
+    host, run = two_units, uuid.uuid4().hex[:8]
+
+    def both(greeting, needer_greeting, **reader):
+        request = args(greeting)
+        request["files"].append(dict(path=NEEDER_CONFIG, content=f"N={needer_greeting}\n", mode="0644", tag="needer"))
+        request["services"] = [request.pop("service") | reader, dict(name=NEEDER, restart_on=["needer"])]
+        return request
+
+    result = host.module("file_set", both(f"r-{run}", "one"))
+    assert not result.get("failed") and result["changed"], result
+    assert set(result["services_status"]) == {UNIT, NEEDER} and "service_status" not in result, result
+    assert state(host) == ("enabled", "active")
+    assert needer_logged(host, "started, reader active"), "the needer started before the reader ran"
+    assert not needer_logged(host, "started, reader inactive")
+    reader_pid = main_pid(host)
+    needer_pid = host.run("systemctl", "show", NEEDER, "--property=MainPID").stdout.strip()
+
+    # The needer's own file restarts the needer alone; the reader's restarts the reader alone.
+    result = host.module("file_set", both(f"r-{run}", "two"))
+    assert result["changed_tags"] == ["needer"] and main_pid(host) == reader_pid, result
+    assert host.run("systemctl", "show", NEEDER, "--property=MainPID").stdout.strip() != needer_pid
+    needer_pid = host.run("systemctl", "show", NEEDER, "--property=MainPID").stdout.strip()
+    result = host.module("file_set", both(f"again-{run}", "two"))
+    assert main_pid(host) != reader_pid and logged(host, f"read again-{run}"), result
+    assert host.run("systemctl", "show", NEEDER, "--property=MainPID").stdout.strip() == needer_pid
+    assert not host.module("file_set", both(f"again-{run}", "two"))["changed"]
+
+    # A teardown stops them in the reverse order: the needer while the reader still runs.
+    stop = dict(name=UNIT, state="stopped", enabled=False)
+    result = host.module("file_set", dict(absent=[CONFIG, NEEDER_CONFIG],
+                                          services=[stop, dict(stop, name=NEEDER)]))
+    assert not result.get("failed") and result["changed"], result
+    assert needer_logged(host, "stopping, reader active"), "the reader stopped before the needer"
