@@ -30,10 +30,10 @@ def state(host):
     return enabled, active
 
 
-def logged(host, text, timeout=10):
+def logged(host, text, unit=UNIT, timeout=10):
     """Whether the daemon's journal shows `text` (journald may take a moment to have it)."""
     deadline = time.monotonic() + timeout
-    while text not in host.run("journalctl", "-u", UNIT, "--no-pager", "-o", "cat").stdout:
+    while text not in host.run("journalctl", "-u", unit, "--no-pager", "-o", "cat").stdout:
         if time.monotonic() > deadline:
             return False
         time.sleep(0.2)
@@ -50,15 +50,23 @@ def args(greeting, **service):
     )
 
 
+def install_unit(host, path, text):
+    host.run("bash", "-c", f"printf %s \"$0\" > {path}", text)
+    host.run("systemctl", "daemon-reload")
+
+
+def remove_unit(host, unit, *paths):
+    host.run("systemctl", "disable", "--now", unit, check=False)
+    host.run("rm", "-rf", *paths)
+    host.run("systemctl", "daemon-reload")
+
+
 @pytest.fixture
 def host(live_slurm):
     """The test's own unit on the live host, disabled and stopped, with none of its files; gone after the test."""
-    live_slurm.run("bash", "-c", f"printf %s \"$0\" > {UNIT_FILE}", UNIT_TEXT)
-    live_slurm.run("systemctl", "daemon-reload")
+    install_unit(live_slurm, UNIT_FILE, UNIT_TEXT)
     yield live_slurm
-    live_slurm.run("systemctl", "disable", "--now", UNIT, check=False)
-    live_slurm.run("rm", "-rf", UNIT_FILE, DROP_IN_DIR, CONFIG)
-    live_slurm.run("systemctl", "daemon-reload")
+    remove_unit(live_slurm, UNIT, UNIT_FILE, DROP_IN_DIR, CONFIG)
 
 
 def test_first_run_writes_the_files_then_starts_the_daemon_once(host):
@@ -153,23 +161,11 @@ NEEDER_TEXT = (f"[Unit]\nDescription=needer\n[Service]\nEnvironmentFile=-{NEEDER
                "[Install]\nWantedBy=multi-user.target\n")
 
 
-def needer_logged(host, text):
-    deadline = time.monotonic() + 10
-    while text not in host.run("journalctl", "-u", NEEDER, "--no-pager", "-o", "cat").stdout:
-        if time.monotonic() > deadline:
-            return False
-        time.sleep(0.2)
-    return True
-
-
 @pytest.fixture
 def two_units(host):
-    host.run("bash", "-c", f"printf %s \"$0\" > {NEEDER_FILE}", NEEDER_TEXT)
-    host.run("systemctl", "daemon-reload")
+    install_unit(host, NEEDER_FILE, NEEDER_TEXT)
     yield host
-    host.run("systemctl", "disable", "--now", NEEDER, check=False)
-    host.run("rm", "-f", NEEDER_FILE, NEEDER_CONFIG)
-    host.run("systemctl", "daemon-reload")
+    remove_unit(host, NEEDER, NEEDER_FILE, NEEDER_CONFIG)
 
 
 def test_services_start_in_order_and_each_restarts_for_its_own_tags_only(two_units):
@@ -186,8 +182,8 @@ def test_services_start_in_order_and_each_restarts_for_its_own_tags_only(two_uni
     assert not result.get("failed") and result["changed"], result
     assert set(result["services_status"]) == {UNIT, NEEDER} and "service_status" not in result, result
     assert state(host) == ("enabled", "active")
-    assert needer_logged(host, "started, reader active"), "the needer started before the reader ran"
-    assert not needer_logged(host, "started, reader inactive")
+    assert logged(host, unit=NEEDER, text="started, reader active"), "the needer started before the reader ran"
+    assert not logged(host, unit=NEEDER, text="started, reader inactive", timeout=0)
     reader_pid = main_pid(host)
     needer_pid = host.run("systemctl", "show", NEEDER, "--property=MainPID").stdout.strip()
 
@@ -206,4 +202,4 @@ def test_services_start_in_order_and_each_restarts_for_its_own_tags_only(two_uni
     result = host.module("file_set", dict(absent=[CONFIG, NEEDER_CONFIG],
                                           services=[stop, dict(stop, name=NEEDER)]))
     assert not result.get("failed") and result["changed"], result
-    assert needer_logged(host, "stopping, reader active"), "the reader stopped before the needer"
+    assert logged(host, unit=NEEDER, text="stopping, reader active"), "the reader stopped before the needer"
