@@ -110,7 +110,7 @@ options:
         written, and systemd is reloaded afterwards when it reports that a removed drop-in of the unit changed it
         (a teardown in one module run).
     type: dict
-    suboptions:
+    suboptions: &unit_suboptions
       name:
         description: The unit, for example V(munge) (a name with no type is a service).
         type: str
@@ -143,29 +143,7 @@ options:
     type: list
     elements: dict
     default: []
-    suboptions:
-      name:
-        description: The unit, for example V(munge) (a name with no type is a service).
-        type: str
-        required: true
-      enabled:
-        description: Whether the unit starts at boot.
-        type: bool
-        default: true
-      state:
-        description: Whether the unit runs.
-        type: str
-        choices: [started, stopped]
-        default: started
-      restart_on:
-        description: Tags (O(files[].tag), O(directories[].tag)) whose change restarts this unit when it runs.
-        type: list
-        elements: str
-        default: []
-      restart:
-        description: Restart the unit even when none of its paths changed, for example after a package upgrade.
-        type: bool
-        default: false
+    suboptions: *unit_suboptions
 notes:
   - Supports check mode and diff mode. The diff shows each changed file's content (except secret content),
     each changed owner, group or mode, and each removed path.
