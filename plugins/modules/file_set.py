@@ -183,12 +183,7 @@ EXAMPLES = r"""
 - name: Keep MUNGE's key and slurmd's defaults, then munged and slurmd in that order, in one module run
   gpuaas.apps.file_set:
     files:
-      - path: /etc/munge/munge.key
-        secret_content: "{{ munge_key }}"
-        owner: munge
-        group: munge
-        mode: "0400"
-        tag: key
+      - {path: /etc/munge/munge.key, secret_content: "{{ key }}", owner: munge, group: munge, mode: "0400", tag: key}
       - {path: /etc/default/slurmd, content: "SLURMD_OPTIONS=--conf-server ctl:6817\n", mode: "0644", tag: slurmd}
     services:
       - {name: munge, restart_on: [key]}
