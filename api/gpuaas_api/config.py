@@ -83,6 +83,8 @@ class GpuaasSettings(BaseSettings):
     # Longest token lifetime per kind of principal; a token also never outlives the token that minted it.
     token_max_days_user: int = Field(90, ge=1)
     token_max_days_service_account: int = Field(365, ge=1)
+    # Most live (not revoked, not expired) tokens one principal may hold, whoever mints them.
+    token_max_live_per_principal: int = Field(50, ge=1)
     # How often an open event stream re-checks its token and permission (revocation ends it).
     stream_recheck_seconds: float = Field(30.0, gt=0)
     max_body_bytes: int = Field(1 << 20, ge=1024)
@@ -345,6 +347,7 @@ class Settings:
     default_token_ttl_days: int = _from_model("default_token_ttl_days")
     token_max_days_user: int = _from_model("token_max_days_user")
     token_max_days_service_account: int = _from_model("token_max_days_service_account")
+    token_max_live_per_principal: int = _from_model("token_max_live_per_principal")
     stream_recheck_seconds: float = _from_model("stream_recheck_seconds")
     max_body_bytes: int = _from_model("max_body_bytes")
     max_content_bytes: int = _from_model("max_content_bytes")

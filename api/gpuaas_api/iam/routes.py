@@ -61,9 +61,11 @@ def list_my_tokens(caller: Caller, db: DB, cursor: CursorParam = None, limit: Li
 
 @api.post("/v1/me/tokens", operation_id="me_tokens_create",
           openapi_extra=docs.example({'name': 'ci-pipeline', 'expires_in_days': 30}),
-          responses=errors.responses("token_lifetime_exceeded"), response_model=TokenIssued, status_code=201)
+          responses=errors.responses("token_lifetime_exceeded", "quota_exceeded"),
+          response_model=TokenIssued, status_code=201)
 def create_my_token(body: TokenCreate, caller: Caller, db: DB, settings: AppSettings):
-    """A new token for the caller; it never outlives the token that asks for it."""
+    """A new token for the caller; it never outlives the token that asks for it. A principal holds at most
+    `token_max_live_per_principal` live tokens (429 quota_exceeded: revoke one to mint another)."""
     with db.transaction() as conn:
         row, token = service.issue_token(conn, settings, caller.kind, caller.id, body.name, body.expires_in_days,
                                          not_after=caller.token_expires_at)
@@ -190,7 +192,8 @@ def get_user(user_id: UUID, caller: Caller, db: DB):
 
 @api.post("/v1/users/{user_id}/tokens", operation_id="users_tokens_create",
           openapi_extra=docs.example({'name': 'ci-pipeline', 'expires_in_days': 30}),
-          responses=errors.responses("token_lifetime_exceeded"), response_model=TokenIssued, status_code=201)
+          responses=errors.responses("token_lifetime_exceeded", "quota_exceeded"),
+          response_model=TokenIssued, status_code=201)
 def create_user_token(user_id: UUID, body: TokenCreate, caller: Caller, db: DB, settings: AppSettings):
     """Issue an API token for a user; the secret is in this answer only."""
     with db.transaction() as conn:
@@ -295,7 +298,7 @@ def disable_service_account(project_id: UUID, sa_id: UUID, caller: Caller, db: D
 
 @api.post("/v1/projects/{project_id}/service-accounts/{sa_id}/tokens", operation_id="service_accounts_tokens_create",
           openapi_extra=docs.example({'name': 'ci-pipeline', 'expires_in_days': 30}),
-          responses=errors.responses("token_lifetime_exceeded"),
+          responses=errors.responses("token_lifetime_exceeded", "quota_exceeded"),
           response_model=TokenIssued,
           status_code=201)
 def create_service_account_token(project_id: UUID, sa_id: UUID, body: TokenCreate, caller: Caller, db: DB,

@@ -70,7 +70,23 @@ def issue_token(conn: psycopg.Connection, settings: Settings, principal_kind: st
             raise unprocessable("token_lifetime_exceeded", f"this token may live until {limit.isoformat()} at most",
                                 max_expires_at=limit.isoformat(), max_days=max_days)
         expires_at = limit
+    _refuse_past_live_cap(conn, principal_kind, principal_id, settings.token_max_live_per_principal)
     return _insert_token(conn, principal_kind, principal_id, name, expires_at)
+
+
+def _refuse_past_live_cap(conn: psycopg.Connection, principal_kind: str, principal_id: UUID, cap: int) -> None:
+    """A principal holds at most `cap` live tokens, whoever mints them. The transaction-scoped advisory
+    lock (as in quotas.enforce) makes a second mint wait for the first one's commit, so two mints
+    cannot both take the last slot."""
+    conn.execute("SELECT pg_advisory_xact_lock(hashtextextended(%s, 0))", (f"tokens:{principal_kind}:{principal_id}",))
+    live = conn.execute("""SELECT count(*) AS n FROM api_tokens WHERE principal_kind = %s AND principal_id = %s
+                             AND revoked_at IS NULL AND expires_at > now()""",
+                        (principal_kind, principal_id)).fetchone()["n"]
+    if live >= cap:
+        raise ApiError(429, "quota_exceeded",
+                       f"a {principal_kind.replace('_', ' ')} may hold at most {cap} live tokens and this one holds "
+                       f"{live}; revoke one it no longer needs (DELETE /v1/me/tokens/{{id}} or /v1/tokens/{{id}}) "
+                       "to mint another", {"quota": "live_tokens", "limit": cap, "current": live})
 
 
 def _insert_token(conn: psycopg.Connection, principal_kind: str, principal_id: UUID, name: str,
@@ -207,7 +223,8 @@ def revoke_token(conn: psycopg.Connection, actor: Principal, token_id: UUID, *, 
 
 
 def bootstrap_platform_admin(conn: psycopg.Connection, email: str, ttl_days: int) -> str:
-    """Create the first platform admin and return its token. Refuses once any platform admin exists."""
+    """Create the first platform admin and return its token. Refuses once any platform admin exists.
+    The user is new, so its token is its first: the live-token cap of issue_token cannot bind here."""
     if conn.execute("SELECT 1 FROM role_bindings WHERE role = 'platform_admin'").fetchone():
         raise ApiError(409, "already_bootstrapped", "a platform admin already exists")
     user = create_user(conn, None, email, "platform admin")
