@@ -81,7 +81,7 @@ def post(ops, path: str, expect: int = 202, **kw) -> dict:
 def play(ops, op: dict, *, fail: str | None = None, outcome: dict | None = None) -> dict:
     """One run of `op` as a worker records it: claimed, checked, started, finished."""
     with ops.database.transaction() as conn:
-        claimed = service.claim(conn, WORKER, 30)
+        claimed = service.claim(conn, WORKER, 30, "test-machine")
         assert claimed is not None and str(claimed["id"]) == op["id"], "the operation heads its queue"
         instance = conn.execute("SELECT * FROM app_instances WHERE id = %s", (claimed["instance_id"],)).fetchone()
         rules.check_instance(claimed["kind"], instance, accepting=False)

@@ -232,7 +232,7 @@ def test_lease_expiry_after_the_last_attempt_fails_the_operation_and_instance(op
     instance, _ = make_instance(ops, "exhaust")
     op = post(ops, f"/v1/instances/{instance['id']}/deploy")
     with ops.database.transaction() as conn:
-        claimed = service.claim(conn, "ghost/0", 1)
+        claimed = service.claim(conn, "ghost/0", 1, "ghost-machine")
         assert str(claimed["id"]) == op["id"]
         conn.execute("UPDATE operations SET attempt = max_attempts, lease_expires_at = now() - interval '1 s' "
                      "WHERE id = %s", (op["id"],))

@@ -46,7 +46,7 @@ def deploy(ops, actor: str, instance: dict) -> str:
 
 def claim(ops, slot: str) -> str | None:
     with ops.database.transaction() as conn:
-        op = service.claim(conn, slot, 30)
+        op = service.claim(conn, slot, 30, "test-machine")
     return op and str(op["id"])
 
 

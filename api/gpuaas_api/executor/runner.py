@@ -76,13 +76,51 @@ def unsafe_vars_yaml(variables: dict) -> str:
     return yaml.dump(_mark_unsafe(variables), Dumper=_UnsafeDumper, default_flow_style=False, width=1 << 30)
 
 
+# The run guard (guard.py) starts every run's command: nothing of a run outlives its worker.
+GUARD = [sys.executable, "-I", "-S", str(Path(__file__).with_name("guard.py"))]
+# Private directories of a run under the temp dir (the secrets' pipe, ssh control sockets): each
+# name carries its worker's pid and that process's start time, so that a worker starting later can
+# tell the ones a dead worker left (sweep_scratch) from a live worker's.
+SCRATCH_KINDS = ("secrets", "cp")
+
+
+def _started(pid: int) -> str | None:
+    """The process's start time in clock ticks since boot (/proc/<pid>/stat field 22), None if gone."""
+    try:
+        with open(f"/proc/{pid}/stat", "rb") as f:
+            return f.read().rsplit(b")", 1)[1].split()[19].decode()
+    except (OSError, IndexError):
+        return None
+
+
+def scratch_dir(kind: str) -> str:
+    pid = os.getpid()
+    return tempfile.mkdtemp(prefix=f"gpuaas-{kind}-{pid}.{_started(pid)}-")
+
+
+def sweep_scratch() -> int:
+    """Remove the run directories that dead workers left in the temp dir (a killed worker cannot clean
+    up); returns how many. A directory whose owner still runs is kept; one without an owner in its name
+    (made before names carried one) is removed."""
+    removed = 0
+    root = Path(tempfile.gettempdir())
+    for kind in SCRATCH_KINDS:
+        for path in root.glob(f"gpuaas-{kind}-*"):
+            pid, dot, started = path.name.split("-")[2].partition(".")
+            if dot and pid.isdigit() and _started(int(pid)) == started:
+                continue
+            shutil.rmtree(path, ignore_errors=True)
+            removed += 1
+    return removed
+
+
 @contextmanager
 def secret_pipe(content: str) -> Iterator[str]:
     """A path from which the run reads `content` once: a named pipe in a private directory, fed by a
     thread. The secret lives only in the kernel's pipe buffer; a worker killed at any moment leaves at
     most an empty pipe, never the secret, on disk. (Ansible resolves `-e @path` with realpath, so
     /proc/<pid>/fd paths of an in-memory file do not work.)"""
-    directory = tempfile.mkdtemp(prefix="gpuaas-secrets-")
+    directory = scratch_dir("secrets")
     path = os.path.join(directory, "secret-vars.yml")
     os.mkfifo(path, 0o600)
 
@@ -197,7 +235,7 @@ def run(settings: OperationSettings, op: dict, plan: RunPlan, collections_path: 
            "ANSIBLE_NOCOLOR": "1"}
     # SSH control sockets need a short path (a Unix socket path holds at most 107 bytes): a private
     # directory of its own under the temp dir, and ssh's %C hash as the socket name.
-    control_dir = tempfile.mkdtemp(prefix="gpuaas-cp-")
+    control_dir = scratch_dir("cp")
     env |= {"ANSIBLE_SSH_CONTROL_PATH_DIR": control_dir, "ANSIBLE_SSH_CONTROL_PATH": "%(directory)s/%%C"}
     env |= {"ANSIBLE_COLLECTIONS_PATH": str(collections_path), "ANSIBLE_COLLECTIONS_SCAN_SYS_PATH": "False"}
     if not settings.ssh_host_key_checking:
@@ -241,6 +279,7 @@ def run(settings: OperationSettings, op: dict, plan: RunPlan, collections_path: 
     try:
         runner = init_runner(**kwargs)
         runner.config.env = child_env(runner.config.env, env)
+        runner.config.command = GUARD + runner.config.command
         runner.run()
         result.rc = runner.rc
         result.status = stop_reason[0] if stop_reason else runner.status

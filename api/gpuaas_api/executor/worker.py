@@ -39,12 +39,22 @@ from ..instances import service as instances
 from ..observability import logs, metrics, tracing
 from ..operations import rules, truth
 from ..operations import service as ops
-from ..registry import credentials
 from . import plan as planner
 from . import runner
 
 log = logging.getLogger(__name__)
 T = TypeVar("T")
+# The machine a worker runs on: a run's processes live there, and only a worker there can end them.
+HOST = socket.gethostname()
+
+
+def end_run(operation_id) -> None:
+    """Kill whatever is left on this machine of a run of the operation (its guard, if it still lives,
+    and anything that escaped it): two runs of one operation must never act on the same hosts at once,
+    and a run must not outlive its operation."""
+    killed = runner.kill_leftovers(str(operation_id))
+    if killed:
+        log.warning("operation %s: killed %d processes of its earlier run", operation_id, killed)
 
 
 class Wakeup:
@@ -100,6 +110,9 @@ class Worker:
         # Every run's plan checks variable names against Ansible's reserved ones, which takes importing
         # Ansible's playbook classes (0.3-0.7 s): done here, it does not delay the first operation's start.
         parameters.ansible_reserved()
+        left = runner.sweep_scratch()
+        if left:
+            log.warning("removed %d run directories that stopped workers left in the temp dir", left)
         server = None
         if self.settings.worker_metrics_port is not None:
             server, _ = metrics.start_http_server(self.settings.worker_metrics_port, self.settings.worker_metrics_host)
@@ -165,9 +178,12 @@ class Worker:
         with self.db.transaction() as conn:
             for op in ops.recover_expired(conn):
                 log.warning("operation %s: worker lease expired -> %s", op["id"], op["status"])
+            # In the same transaction: a re-queued operation stays locked until its earlier run is gone.
+            for operation_id in ops.sweep_runs(conn, HOST, end_run):
+                log.warning("operation %s: its earlier run on this machine is ended", operation_id)
         claim_started, started = time.time_ns(), time.monotonic()
         with self.db.transaction() as conn:
-            op = ops.claim(conn, slot, self.settings.lease_seconds)
+            op = ops.claim(conn, slot, self.settings.lease_seconds, HOST)
         if op is None:
             return False
         token = correlation.use(op["correlation_id"])
@@ -194,12 +210,6 @@ class Worker:
 
     def _execute(self, op: dict, slot: str) -> str:
         """Run one claimed operation; returns what was recorded (succeeded, failed, canceled) or lost."""
-        if op["attempt"] > 1:
-            # An earlier attempt's worker may have died here and left its run going: two runs of one
-            # operation must never act on the same hosts at once.
-            killed = runner.kill_leftovers(str(op["id"]))
-            if killed:
-                log.warning("operation %s: ended %d processes left by an earlier attempt", op["id"], killed)
         with tracing.span("prepare"):
             instance, plan, refusal = retrying(self.db, f"operation {op['id']}: start",
                                                lambda conn: self._prepare(conn, op, slot), self.stop)
@@ -307,7 +317,6 @@ class Worker:
     def _record(self, conn: psycopg.Connection, op: dict, slot: str, status: str, error: dict | None,
                 outcome: dict | None, tarball: bytes) -> None:
         final = ops.finish(conn, op["id"], slot, status, error=error, result=outcome)
-        credentials.revoke(conn, op["id"])  # a run's pull credentials end with it
         if final is None:
             log.warning("operation %s: lease lost before completion; outcome left to its new owner", op["id"])
             return

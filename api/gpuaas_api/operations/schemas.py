@@ -4,7 +4,7 @@ from datetime import datetime
 from typing import Annotated, Any, Literal
 from uuid import UUID
 
-from pydantic import BaseModel, ConfigDict, Field, StringConstraints
+from pydantic import BaseModel, ConfigDict, Field, StringConstraints, computed_field
 
 from ..catalog.schemas import JsonObject, RoleName
 from ..common import Name
@@ -63,3 +63,14 @@ class Operation(BaseModel):
     started_at: datetime | None
     finished_at: datetime | None
     updated_at: datetime
+    run_host: str | None = Field(description="the machine that ran the latest attempt (null: none has run)")
+    run_ended_at: datetime | None = Field(
+        description="when the latest attempt's run was proven over: recorded by its own worker, or found and "
+                    "ended by a sweep on its machine after its worker was lost")
+
+    @computed_field(description="true while a run of this operation may still act on hosts: it is running, "
+                                "or it ended without its worker (killed, lease lost) and no worker on its "
+                                "machine has yet ended what was left of the run")
+    @property
+    def run_may_be_live(self) -> bool:
+        return self.run_host is not None and self.run_ended_at is None

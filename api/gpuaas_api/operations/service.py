@@ -5,6 +5,7 @@ expired leases). Every function takes a connection inside the caller's transacti
 from __future__ import annotations
 
 import logging
+from collections.abc import Callable
 from typing import Any
 from uuid import UUID
 
@@ -21,6 +22,7 @@ from ..errors import conflict, not_found
 from ..iam.auth import Principal
 from ..instances import service as instances
 from ..observability import tracing
+from ..registry import credentials
 from . import rules, truth
 from .kinds import KINDS
 
@@ -201,21 +203,30 @@ def cancel(conn: psycopg.Connection, actor: Principal, operation_id: UUID) -> di
                            RETURNING *""", (op["id"],)).fetchone()
 
 
-def _set_final(conn, operation_id: UUID, status: str, error: dict | None, result: dict | None = None) -> dict:
+def _set_final(conn, operation_id: UUID, status: str, error: dict | None, result: dict | None = None, *,
+               run_ended: bool = False) -> dict:
+    """The one way an operation ends. Its runtime secrets end with it, whoever ends it: a run that
+    outlives its operation (its worker was killed) must not keep pulling. `run_ended`: the caller
+    knows the run is over (its own worker records the outcome); otherwise the run stays possibly live
+    until a sweep on its machine proves it ended (sweep_runs)."""
+    credentials.revoke(conn, operation_id)
     return conn.execute(
         """UPDATE operations SET status = %s, error = %s, result = %s, finished_at = now(), updated_at = now(),
-               lease_owner = NULL, lease_expires_at = NULL WHERE id = %s RETURNING *""",
-        (status, Jsonb(error) if error else None, Jsonb(result) if result else None, operation_id)).fetchone()
+               lease_owner = NULL, lease_expires_at = NULL,
+               run_ended_at = CASE WHEN %s THEN now() ELSE run_ended_at END WHERE id = %s RETURNING *""",
+        (status, Jsonb(error) if error else None, Jsonb(result) if result else None, run_ended,
+         operation_id)).fetchone()
 
 
 # The queue ------------------------------------------------------------------------------------------
 
-def claim(conn: psycopg.Connection, worker_id: str, lease_seconds: float) -> dict | None:
+def claim(conn: psycopg.Connection, worker_id: str, lease_seconds: float, host: str) -> dict | None:
     """Take one queued operation that heads its instance's queue (nothing older is queued or running
     on that instance), fairly across tenants: the tenant with the fewest running operations first,
     then the one whose last claim is oldest, then the oldest operation. So a burst from one tenant
     delays another tenant's operation by at most one pickup. Rows another worker is claiming right
-    now are skipped; the status test on the locked row keeps two workers from taking one operation."""
+    now are skipped; the status test on the locked row keeps two workers from taking one operation.
+    `host` is the worker's machine: the run's processes live there (sweep_runs)."""
     return conn.execute(
         """WITH heads AS (
                SELECT o.id, o.tenant_id, o.seq FROM operations o
@@ -234,9 +245,10 @@ def claim(conn: psycopg.Connection, worker_id: str, lease_seconds: float) -> dic
                 ORDER BY t.running, t.served NULLS FIRST, h.seq LIMIT 1 FOR UPDATE OF o SKIP LOCKED)
            UPDATE operations o SET status = 'running', attempt = o.attempt + 1, lease_owner = %(w)s,
                   lease_expires_at = now() + make_interval(secs => %(lease)s), heartbeat_at = now(),
-                  claimed_at = now(), started_at = coalesce(o.started_at, now()), updated_at = now()
+                  claimed_at = now(), started_at = coalesce(o.started_at, now()), updated_at = now(),
+                  run_host = %(host)s, run_ended_at = NULL
              FROM next WHERE o.id = next.id RETURNING o.*""",
-        {"w": worker_id, "lease": lease_seconds}).fetchone()
+        {"w": worker_id, "lease": lease_seconds, "host": host}).fetchone()
 
 
 def heartbeat(conn: psycopg.Connection, operation_id: UUID, worker_id: str, lease_seconds: float) -> dict | None:
@@ -257,7 +269,7 @@ def finish(conn: psycopg.Connection, operation_id: UUID, worker_id: str, status:
                            FOR UPDATE""", (operation_id, worker_id)).fetchone()
     if held is None:
         return None
-    return _set_final(conn, operation_id, status, error, result)
+    return _set_final(conn, operation_id, status, error, result, run_ended=True)
 
 
 def recover_expired(conn: psycopg.Connection) -> list[dict]:
@@ -297,6 +309,7 @@ def _recover(conn, op: dict) -> dict:
         audit.append_event(conn, instance, "operation.canceled", lost, correlation_id=op["correlation_id"])
         truth.on_failure(conn, final, "operation canceled while running")
     elif op["attempt"] < op["max_attempts"]:
+        credentials.revoke(conn, op["id"])  # the next attempt gets credentials of its own
         final = conn.execute("""UPDATE operations SET status = 'queued', lease_owner = NULL,
                                    lease_expires_at = NULL, updated_at = now() WHERE id = %s RETURNING *""",
                              (op["id"],)).fetchone()
@@ -311,6 +324,19 @@ def _recover(conn, op: dict) -> dict:
                            correlation_id=op["correlation_id"])
         truth.on_failure(conn, final, message)
     return final
+
+
+def sweep_runs(conn: psycopg.Connection, host: str, end_run: Callable[[UUID], None]) -> list[UUID]:
+    """Prove ended the runs this machine started for operations that ended or were re-queued without
+    their worker (lease recovery, a cancel of a re-queued operation): `end_run(id)` kills what is left
+    of each, then the operation records that its run is over. The rows stay locked meanwhile, so no
+    worker claims one of them again before its earlier run is gone."""
+    rows = conn.execute("""SELECT id FROM operations WHERE run_host = %s AND run_ended_at IS NULL
+                              AND status <> 'running' ORDER BY seq FOR UPDATE SKIP LOCKED""", (host,)).fetchall()
+    for row in rows:
+        end_run(row["id"])
+        conn.execute("UPDATE operations SET run_ended_at = now() WHERE id = %s", (row["id"],))
+    return [row["id"] for row in rows]
 
 
 def store_artifacts(conn: psycopg.Connection, operation_id: UUID, attempt: int, tarball: bytes) -> None:

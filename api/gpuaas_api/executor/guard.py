@@ -1,0 +1,100 @@
+"""The run guard: `python guard.py COMMAND...` runs COMMAND (ansible-playbook) so that nothing of it
+outlives the worker that started it.
+
+ansible-runner starts its command on a pty with SIGHUP ignored, so a killed worker (kill -9, OOM)
+used to leave ansible-playbook acting on hosts, and ssh ControlPersist masters, which daemonize, escape
+any process group. The guard sits between the worker and the command:
+- it asks the kernel for a signal when its parent dies (PR_SET_PDEATHSIG);
+- it is a child subreaper (PR_SET_CHILD_SUBREAPER): every process of the run that daemonizes is
+  re-parented to the guard, not to init, so it remains a descendant;
+- when the command exits, or the worker dies, or the guard is asked to stop (SIGTERM, SIGHUP,
+  SIGINT), it kills every descendant left and exits.
+
+Standard library only, started with `python -I -S`: it costs a run no imports of the service.
+Linux only (prctl); elsewhere it just runs the command."""
+
+from __future__ import annotations
+
+import contextlib
+import ctypes
+import os
+import signal
+import subprocess
+import sys
+
+PR_SET_PDEATHSIG = 1
+PR_SET_CHILD_SUBREAPER = 36
+STOP_SIGNALS = (signal.SIGTERM, signal.SIGHUP, signal.SIGINT)
+
+
+def _prctl(option: int, value: int) -> None:
+    libc = ctypes.CDLL(None, use_errno=True)
+    if libc.prctl(option, value, 0, 0, 0) != 0:
+        raise OSError(ctypes.get_errno(), f"prctl({option}) failed")
+
+
+def descendants(root: int) -> list[int]:
+    """Every process below `root`, read from /proc (parents before children)."""
+    children: dict[int, list[int]] = {}
+    for entry in os.listdir("/proc"):
+        if not entry.isdigit():
+            continue
+        try:
+            with open(f"/proc/{entry}/stat", "rb") as f:
+                # The command name (field 2) may hold spaces and parentheses: the ppid follows its last ')'.
+                ppid = int(f.read().rsplit(b")", 1)[1].split()[1])
+        except (OSError, IndexError, ValueError):
+            continue
+        children.setdefault(ppid, []).append(int(entry))
+    found, todo = [], [root]
+    while todo:
+        for child in children.get(todo.pop(), []):
+            found.append(child)
+            todo.append(child)
+    return found
+
+
+def kill_descendants() -> None:
+    """SIGKILL every descendant and reap them, until none is left (a dying process may have forked)."""
+    me = os.getpid()
+    for _ in range(20):
+        left = descendants(me)
+        if not left:
+            return
+        for pid in left:
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(pid, signal.SIGKILL)
+        while True:
+            try:
+                if os.waitpid(-1, os.WNOHANG)[0] == 0:
+                    break
+            except ChildProcessError:
+                break
+
+
+def main(argv: list[str]) -> int:
+    if not argv:
+        print("usage: guard.py COMMAND [ARG...]", file=sys.stderr)
+        return 2
+    parent = os.getppid()
+    if sys.platform.startswith("linux"):
+        _prctl(PR_SET_PDEATHSIG, signal.SIGTERM)
+        _prctl(PR_SET_CHILD_SUBREAPER, 1)
+        if os.getppid() != parent:  # the worker died before the request took effect
+            return 128 + signal.SIGTERM
+
+    def stop(signum, _frame):
+        kill_descendants()
+        os._exit(128 + signum)
+
+    for signum in STOP_SIGNALS:
+        signal.signal(signum, stop)
+    # The command starts with the default SIGHUP again (exec resets handled signals; ignored ones would stay).
+    child = subprocess.Popen(argv)
+    rc = child.wait()
+    kill_descendants()  # what the run left behind: ssh ControlPersist masters
+    return rc if rc >= 0 else 128 - rc
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))
