@@ -23,6 +23,20 @@ async function refusal(response) {
                      error.correlation_id ?? response.headers.get("X-Correlation-ID"), error.details ?? {});
 }
 
+// An API path whose every ${value} is one encoded path segment: apiPath`/v1/instances/${id}/members`.
+// encodeURIComponent escapes "/", "?", "#" and "%" but leaves "." and "..", which the URL parser resolves
+// (and a link's "%2E%2E" decodes to ".."): the request would leave the route named here. No id is one
+// of those, so they are refused (issue 22, finding 6).
+export function apiPath(strings, ...values) {
+  return strings.reduce((path, text, i) => path + segment(values[i - 1]) + text);
+}
+
+function segment(value) {
+  const text = String(value);
+  if (text === "" || text === "." || text === "..") throw new Error(`"${text}" is not an id`);
+  return encodeURIComponent(text);
+}
+
 export class Api {
   constructor(token) {
     this.token = token;
@@ -73,11 +87,11 @@ export class Api {
   // changes. EventSource cannot send a bearer token, so this reads the stream with fetch; it
   // reconnects after where it stopped, as EventSource would, until `signal` aborts.
   async follow(instanceId, after, {onEvent, onState, signal}) {
+    const stream = apiPath`/v1/instances/${instanceId}/events/stream`;
     let last = after, retryMs = 2000;
     while (!signal.aborted) {
       try {
-        const response = await this.request(`/v1/instances/${encodeURIComponent(instanceId)}/events/stream`,
-                                             {after: last}, {signal, accept: "text/event-stream"});
+        const response = await this.request(stream, {after: last}, {signal, accept: "text/event-stream"});
         if (!response.ok) {
           const refused = await refusal(response);
           if (response.status >= 400 && response.status < 500) {

@@ -2,7 +2,7 @@
 // through the public API with the token the user pasted in (kept in sessionStorage: gone when the tab
 // closes). Routes: #/ (the projects this token may read), #/projects/ID, #/instances/ID.
 
-import {Api, Refusal} from "./api.js";
+import {Api, Refusal, apiPath} from "./api.js";
 import {ago, badge, duration, el, link, replace, time} from "./dom.js";
 import {Progress, TERMINAL, describe} from "./progress.js";
 
@@ -41,10 +41,10 @@ async function visibleProjects(api, me, signal) {
   }
   const projects = new Map();
   for (const tenant of tenantIds) {
-    for (const p of await api.pages(`/v1/tenants/${tenant}/projects`, {}, {signal})) projects.set(p.id, p);
+    for (const p of await api.pages(apiPath`/v1/tenants/${tenant}/projects`, {}, {signal})) projects.set(p.id, p);
   }
   for (const id of projectIds) {
-    if (!projects.has(id)) projects.set(id, await api.get(`/v1/projects/${id}`, {}, {signal}));
+    if (!projects.has(id)) projects.set(id, await api.get(apiPath`/v1/projects/${id}`, {}, {signal}));
   }
   return [...projects.values()].sort((a, b) => a.name.localeCompare(b.name) || a.id.localeCompare(b.id));
 }
@@ -84,8 +84,8 @@ function projectView(api, projectId, signal) {
     el("td", {class: "members"}, membersSummary(i)),
     el("td", {class: "muted"}, ago(i.updated_at)))) : el("tr", {}, el("td", {colspan: 6, class: "hint"}, "No instances.")));
   const load = async () => {
-    project = project || await api.get(`/v1/projects/${encodeURIComponent(projectId)}`, {}, {signal});
-    const instances = await api.pages(`/v1/projects/${encodeURIComponent(projectId)}/instances`, {}, {signal});
+    project = project || await api.get(apiPath`/v1/projects/${projectId}`, {}, {signal});
+    const instances = await api.pages(apiPath`/v1/projects/${projectId}/instances`, {}, {signal});
     if (signal.aborted) return;
     if (!body.isConnected) {
       replace(main, el("h1", {}, "Project ", el("span", {class: "project-name"}, project.name)),
@@ -101,8 +101,7 @@ function projectView(api, projectId, signal) {
   poll();
 }
 
-function instanceView(api, instanceId, signal) {
-  const id = encodeURIComponent(instanceId);
+function instanceView(api, id, signal) {
   const state = {instance: null, members: [], ops: new Map(), progress: new Map(), events: [],
                  filter: null, stream: "connecting", streamDetail: null};
   const parts = {head: el("div"), failure: el("div"), members: el("tbody"), ops: el("tbody"),
@@ -209,9 +208,9 @@ function instanceView(api, instanceId, signal) {
 
   const refresh = async () => {
     // The instance first: when the token may not read it, its refusal is the one the page shows.
-    const instance = await api.get(`/v1/instances/${id}`, {}, {signal});
-    const [members, ops] = await Promise.all([api.pages(`/v1/instances/${id}/members`, {}, {signal}),
-                                              api.pages(`/v1/instances/${id}/operations`, {}, {signal})]);
+    const instance = await api.get(apiPath`/v1/instances/${id}`, {}, {signal});
+    const [members, ops] = await Promise.all([api.pages(apiPath`/v1/instances/${id}/members`, {}, {signal}),
+                                              api.pages(apiPath`/v1/instances/${id}/operations`, {}, {signal})]);
     state.instance = instance;
     state.members = members;
     for (const op of ops) track(op);
@@ -251,7 +250,7 @@ function instanceView(api, instanceId, signal) {
 
   (async () => {
     await refresh();
-    state.events = await api.pages(`/v1/instances/${id}/events`, {}, {signal}, 40);
+    state.events = await api.pages(apiPath`/v1/instances/${id}/events`, {}, {signal}, 40);
     for (const p of state.progress.values()) for (const event of state.events) p.apply(event);
     if (signal.aborted) return;
     renderHead();
@@ -277,7 +276,7 @@ function instanceView(api, instanceId, signal) {
       if ([...state.ops.values()].some((op) => !TERMINAL.includes(op.status))) renderOps();
     }, 1000);
     signal.addEventListener("abort", () => clearInterval(ticker));
-    await api.follow(instanceId, last, {onEvent, onState, signal});
+    await api.follow(id, last, {onEvent, onState, signal});
   })().catch((error) => signal.aborted || replace(main, refusalBox(error, "this instance")));
 }
 
