@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from typing import Annotated, Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, StringConstraints, model_validator
+from pydantic import BaseModel, ConfigDict, Field, StringConstraints, ValidationInfo, model_validator
 
 from ..common import ShortText, Slug, Text
 from ..operations.kinds import ACTION_KINDS
@@ -128,7 +128,9 @@ class AdapterSpec(Strict):
     compatibility: Compatibility | None = Field(default=None, description="the version's default compatibility")
 
     @model_validator(mode="after")
-    def _consistent(self):
+    def _consistent(self, info: ValidationInfo):
+        if (info.context or {}).get("as_stored"):  # showing a stored spec (schemas.Version), not accepting one
+            return self
         problems = []
         names = [r.name for r in self.roles]
         if len(set(names)) != len(names):
@@ -155,9 +157,26 @@ class AdapterSpec(Strict):
         problems += [f"{where} sets {name!r}, which {why}" for where, name in named
                      if (why := parameters.name_problem(name, platform_vars))]
         problems += [f"parameters {p}" for p in parameters.schema_problems(self.parameters, platform_vars)]
+        problems += self._content_problems()
         if problems:
             raise ValueError("; ".join(problems))
         return self
+
+    def _content_problems(self) -> list[str]:
+        """The playbooks and the status module come from one collection, the app's own (the one
+        actions.deploy names), never from Ansible's (ansible.*): a status module such as
+        ansible.builtin.shell would run whatever the catalog's options say on the app's hosts.
+        `gpuaas apps register` also checks that this collection is the build's and ships them."""
+        deploy = self.actions.get("deploy")
+        if deploy is None:  # reported above
+            return []
+        collection = deploy.rpartition(".")[0]
+        if collection.split(".")[0] == "ansible":
+            return [f"actions.deploy {deploy!r} is in Ansible's own namespace, not in an app's collection"]
+        named = [(f"actions.{kind}", name) for kind, name in self.actions.items()]
+        named += [("status.module", self.status.module)] if self.status else []
+        return [f"{where} {name!r} is not in the app's collection ({collection}, which actions.deploy names)"
+                for where, name in named if name.rpartition(".")[0] != collection]
 
     def target_variables(self) -> set[str]:
         return {v for v in self.targets.model_dump().values() if v}

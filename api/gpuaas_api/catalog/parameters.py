@@ -1,6 +1,11 @@
 """Tenant parameters: the only values a tenant may put into a run, declared per app version as a JSON
 Schema (validated with the `jsonschema` library) and checked on every path that stores or runs them.
 
+A parameter schema is one self-contained document whose checks cost time linear in what a tenant
+sends: a `$ref` points within it (`#/...`, at a subschema), nothing is fetched, and every `pattern`
+runs on RE2. Whatever a stored schema does anyway, checking a tenant's values answers a 4xx, never a
+500 (`validate_for_version`).
+
 Whatever a version declares, no variable the platform or Ansible gives a meaning may be set through
 parameters or the catalog's extra vars: names starting with `ansible_` (connection, interpreter,
 become, host), Ansible's reserved and special variable names, and the adapter's own operation and
@@ -10,14 +15,23 @@ Jinja in a value is never evaluated."""
 from __future__ import annotations
 
 import json
+import logging
 import re
+from collections.abc import Iterator
 from functools import cache, lru_cache
 from typing import Any
 
-from jsonschema import Draft202012Validator, SchemaError
+import re2
+from jsonschema import Draft202012Validator, SchemaError, ValidationError, validators
 from jsonschema.exceptions import best_match
+from pydantic import ValidationError as SpecError
+from referencing import Registry, Resource
+from referencing.exceptions import Unresolvable
+from referencing.jsonschema import DRAFT202012
 
-from ..errors import unprocessable
+from ..errors import conflict, unprocessable
+
+log = logging.getLogger(__name__)
 
 # A version that declares nothing accepts no parameters.
 NO_PARAMETERS: dict[str, Any] = {"type": "object", "properties": {}, "additionalProperties": False}
@@ -28,6 +42,14 @@ SPECIAL_VARIABLES = frozenset({
     "inventory_file", "omit", "play_hosts", "ansible_play_batch", "playbook_dir", "role_name", "role_names",
     "role_path", "environment", "vars", "item", "module_defaults", "lookup", "query", "q", "undef",
 })
+# Cheap bounds: the metaschema check recurses once per level (300 levels exhaust Python's stack), and
+# no parameter needs a longer pattern.
+MAX_DEPTH = 32
+MAX_PATTERN = 1024
+# Keywords that name or reach other documents: a parameter schema is one document, refs are "#/...".
+FOREIGN = ("$id", "$anchor", "$dynamicRef", "$dynamicAnchor")
+_RE2_OPTIONS = re2.Options()
+_RE2_OPTIONS.log_errors = False  # a refused pattern is reported to the caller, not logged by RE2
 
 
 @cache
@@ -72,9 +94,84 @@ def _schema_error(schema: dict) -> str | None:
         return _check_schema(schema)
 
 
+@lru_cache(maxsize=512)
+def _regex(pattern: str) -> Any:  # an RE2 pattern object
+    return re2.compile(pattern, _RE2_OPTIONS)
+
+
+def _pattern(validator, pattern, instance, schema) -> Iterator[ValidationError]:
+    """The `pattern` keyword on RE2: linear in the value, so no pattern can stall a request (Python's re
+    takes 2 s on `^(a+)+$` and 24 characters, doubling with each)."""
+    if validator.is_type(instance, "string") and not _regex(pattern).search(instance):
+        yield ValidationError(f"{instance!r} does not match {pattern!r}")
+
+
+# Draft 2020-12 with `pattern` on RE2. patternProperties (which jsonschema also matches in
+# additionalProperties with Python's re) is refused by schema_problems, so no other keyword runs a regex.
+ParameterValidator = validators.extend(Draft202012Validator, {"pattern": _pattern})
+# Refs resolve within the schema only: jsonschema's default registry fetches remote ones over HTTP.
+_NO_RETRIEVAL = Registry()
+
+
+def _deeper_than(value: Any, limit: int) -> bool:
+    stack = [(value, 1)]
+    while stack:
+        item, depth = stack.pop()
+        if depth > limit:
+            return True
+        children = item.values() if isinstance(item, dict) else item if isinstance(item, list) else ()
+        stack.extend((child, depth + 1) for child in children)
+    return False
+
+
+def _subschemas(resource: Resource) -> Iterator[Any]:
+    yield resource.contents
+    for sub in resource.subresources():
+        yield from _subschemas(sub)
+
+
+def _document_problems(schema: dict) -> list[str]:
+    """What makes a valid JSON Schema unfit for tenants: refs out of the document or at data rather
+    than a subschema, keywords that name other documents, and patterns RE2 cannot run or that are long."""
+    root = DRAFT202012.create_resource(schema)
+    resolver = _NO_RETRIEVAL.resolver_with_root(root)
+    subschemas = [s for s in _subschemas(root) if isinstance(s, dict)]
+    positions = {id(s) for s in subschemas}
+    problems = []
+    for sub in subschemas:
+        problems += [f"uses {key}: a parameter schema is one document (refs are #/...)" for key in FOREIGN
+                     if key in sub]
+        if "patternProperties" in sub and sub is not schema:  # the root's is refused with its own words
+            problems.append("uses patternProperties: name every property under properties")
+        if isinstance(ref := sub.get("$ref"), str):
+            if ref != "#" and not ref.startswith("#/"):
+                problems.append(f"$ref {ref!r} points outside the schema: only refs within it (#/...) are allowed")
+            else:
+                try:
+                    target = resolver.lookup(ref).contents
+                except Unresolvable:
+                    problems.append(f"$ref {ref!r} does not resolve within the schema")
+                else:
+                    if id(target) not in positions:
+                        problems.append(f"$ref {ref!r} points at data, not at a subschema")
+        if isinstance(pattern := sub.get("pattern"), str):
+            if len(pattern) > MAX_PATTERN:
+                problems.append(f"pattern {pattern[:40]!r}... is longer than {MAX_PATTERN} characters")
+            else:
+                try:
+                    _regex(pattern)
+                except re2.error as exc:
+                    problems.append(f"pattern {pattern!r} is not one RE2 runs (linear time, no backreferences or "
+                                    f"lookaround): {exc}")
+    return problems
+
+
 def schema_problems(schema: dict, platform_vars: set[str]) -> list[str]:
     """Problems of a declared parameter schema: it must be a valid JSON Schema for an object that
-    names every parameter under `properties`, refuses any other name, and declares no forbidden name."""
+    names every parameter under `properties`, refuses any other name, declares no forbidden name,
+    and is one document that tenants' values check against in linear time."""
+    if _deeper_than(schema, MAX_DEPTH):
+        return [f"nests deeper than {MAX_DEPTH} levels"]
     error = _schema_error(schema)
     if error is not None:
         return [f"is not a valid JSON Schema: {error}"]
@@ -89,7 +186,7 @@ def schema_problems(schema: dict, platform_vars: set[str]) -> list[str]:
         why = name_problem(name, platform_vars)
         if why:
             problems.append(f"declares parameter {name!r}, which {why}")
-    return problems
+    return problems + _document_problems(schema)
 
 
 def validate(schema: dict | None, values: dict, platform_vars: set[str]) -> None:
@@ -99,7 +196,14 @@ def validate(schema: dict | None, values: dict, platform_vars: set[str]) -> None
         why = name_problem(name, platform_vars)
         if why:
             raise unprocessable("invalid_parameters", f"parameter {name!r} {why}", parameter=name)
-    error = best_match(Draft202012Validator(schema or NO_PARAMETERS).iter_errors(values))
+    try:
+        error = best_match(ParameterValidator(schema or NO_PARAMETERS, registry=_NO_RETRIEVAL).iter_errors(values))
+    except RecursionError:  # values nested deeper than a recursive schema can follow
+        raise unprocessable("invalid_parameters", "parameters are nested too deeply to check") from None
+    except Exception as exc:  # a stored schema that breaks validation is the version's fault: 409, not a 500
+        log.warning("parameter schema failed while checking values: %r", exc)
+        raise conflict("version_not_usable", "this app version's parameter schema cannot check parameters; "
+                       "the catalog must publish a corrected version") from None
     if error is not None:
         where = ".".join(str(p) for p in error.absolute_path)
         if error.validator == "additionalProperties":
@@ -115,5 +219,10 @@ def validate_for_version(version: dict, values: dict) -> None:
     """`validate` against an app_versions row (its adapter spec's schema and platform variables)."""
     from .adapter import AdapterSpec
 
-    spec = AdapterSpec.model_validate(version["adapter"])
+    try:
+        spec = AdapterSpec.model_validate(version["adapter"])
+    except SpecError as exc:  # stored before today's checks, or written past the API: refused, never a 500
+        raise conflict("version_not_usable", f"version {version['version']}'s adapter spec or parameter schema "
+                       f"fails the catalog's checks ({exc.errors()[0]['msg']}); the catalog must publish a "
+                       "corrected version") from None
     validate(spec.parameters, values, spec.platform_variables())
