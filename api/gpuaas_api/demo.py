@@ -151,15 +151,21 @@ class Demo:
         token = subprocess.run([gpuaas, "admin", "bootstrap", "--email", "ops@demo.example"], env=self.env(),
                                check=True, capture_output=True, text=True).stdout.strip().split()[-1]
         self.admin = Api(base, token)
-        worker_env = self.env()
         if started:
             self.registry = started.result()
-            worker_env["GPUAAS_PULL_CREDENTIAL_REGISTRIES"] = self.registry.address
-        worker_log = open(self.state_dir / "worker.log", "w")  # noqa: SIM115
-        self.processes.append(subprocess.Popen([gpuaas, "worker"], env=worker_env, stdout=worker_log,
-                                               stderr=subprocess.STDOUT))
+        self.processes.append(self.start_worker())
         self.say(f"control service on {base} (state in {self.state_dir}), one worker"
                  + (f"; registry {self.registry.address}" if self.registry else ""))
+
+    def start_worker(self, log_name: str = "worker.log", **settings: str) -> subprocess.Popen:
+        """A `gpuaas worker` process of this service, its output appended to `log_name` in the state dir;
+        `settings` are more GPUAAS_* variables for it (e.g. GPUAAS_LEASE_SECONDS)."""
+        env = self.env() | settings
+        if self.registry:
+            env["GPUAAS_PULL_CREDENTIAL_REGISTRIES"] = self.registry.address
+        log = open(self.state_dir / log_name, "a")  # noqa: SIM115 - the process writes it until it ends
+        return subprocess.Popen([str(Path(sys.executable).parent / "gpuaas"), "worker"], env=env, stdout=log,
+                                stderr=subprocess.STDOUT)
 
     def setup_tenancy(self) -> None:
         a = self.admin

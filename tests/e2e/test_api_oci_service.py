@@ -17,35 +17,21 @@ import secrets
 import tarfile
 import urllib.error
 import urllib.request
-import uuid
 
 import psycopg
 import pytest
-from gpuaas_api.demo import OCI_APP, OCI_CONTAINER, OCI_REPOSITORY, Demo
+from gpuaas_api.demo import OCI_APP, OCI_CONTAINER, OCI_REPOSITORY
 from gpuaas_api.embedded_db import EmbeddedPostgres
 from integration.oci_host import assert_no_workload_files
 
 pytestmark = [pytest.mark.hosts, pytest.mark.slow]
 
-HOST = "web1"
+HOST = "web1"  # the one test host of the oci_demo fixture (tests/conftest.py)
 
 
 @pytest.fixture(scope="module")
-def demo():
-    lines = []
-    d = Demo(prefix=f"ocie2e{uuid.uuid4().hex[:6]}", say=lines.append)
-    d.lines = lines
-    try:
-        d.start_service(registry=True)
-        d.setup_tenancy()
-        # v3 is the canary; "forged" claims the demo's signer but is signed with another key.
-        d.prepare_oci([HOST], signed=("v1", "v2", "v3"), forged=("forged",))
-        d.register_oci_hosts("pool-oci", [HOST])
-        d.policy_before = json.loads(d.host_sh(HOST, "cat /etc/containers/policy.json"))
-        d.versions = {}
-        yield d
-    finally:
-        d.close()
+def demo(oci_demo):
+    return oci_demo
 
 
 def digest(demo, image: str) -> str:

@@ -84,7 +84,7 @@ GUARD = [sys.executable, "-I", "-S", str(Path(__file__).with_name("guard.py"))]
 SCRATCH_KINDS = ("secrets", "cp")
 
 
-def _started(pid: int) -> str | None:
+def process_started(pid: int) -> str | None:
     """The process's start time in clock ticks since boot (/proc/<pid>/stat field 22), None if gone."""
     try:
         with open(f"/proc/{pid}/stat", "rb") as f:
@@ -95,7 +95,7 @@ def _started(pid: int) -> str | None:
 
 def scratch_dir(kind: str) -> str:
     pid = os.getpid()
-    return tempfile.mkdtemp(prefix=f"gpuaas-{kind}-{pid}.{_started(pid)}-")
+    return tempfile.mkdtemp(prefix=f"gpuaas-{kind}-{pid}.{process_started(pid)}-")
 
 
 def sweep_scratch() -> int:
@@ -107,7 +107,7 @@ def sweep_scratch() -> int:
     for kind in SCRATCH_KINDS:
         for path in root.glob(f"gpuaas-{kind}-*"):
             pid, dot, started = path.name.split("-")[2].partition(".")
-            if dot and pid.isdigit() and _started(int(pid)) == started:
+            if dot and pid.isdigit() and process_started(int(pid)) == started:
                 continue
             shutil.rmtree(path, ignore_errors=True)
             removed += 1
