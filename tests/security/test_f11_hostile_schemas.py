@@ -121,6 +121,24 @@ def test_a_schema_stored_past_the_checks_answers_4xx_on_create(world, database, 
     world.call("project_member", "GET", "/v1/catalog/apps/slurm/versions", 200)
 
 
+def test_an_instance_whose_version_was_stored_past_the_checks_reads_as_4xx(world, database):
+    """The instance exists first; its version's schema is broken afterwards in the database. The
+    tenant's reads that check the spec (the inventory, a reconfigure) answer 409, never a 500."""
+    post_version(world, "9.6", SLURM_ADAPTER | {"parameters": schema(site={"type": "string"})})
+    instance = create(world, "9.6", {"site": "x"})
+    assert instance.status_code == 201, instance.text
+    with database.transaction() as conn:
+        conn.execute("UPDATE app_versions SET adapter = jsonb_set(adapter, '{parameters}', %s) "
+                     "WHERE app_slug = 'slurm' AND version = '9.6'",
+                     (Jsonb(schema(site={"$ref": "http://127.0.0.1:9/s.json"})),))
+    url = f"/v1/instances/{instance.json()['id']}"
+    inventory = assert_clean_4xx(world.call("project_admin", "GET", f"{url}/inventory"))
+    assert inventory["code"] == "version_not_usable", inventory
+    reconfigure = assert_clean_4xx(world.call("project_admin", "POST", f"{url}/reconfigure",
+                                              json={"parameters": {"site": "y"}}))
+    assert reconfigure["code"] in ("version_not_usable", "instance_not_operable"), reconfigure
+
+
 @pytest.mark.parametrize(("broken", "value", "status"), [
     ({"$ref": "http://127.0.0.1:9/s.json"}, "x", 409),   # never fetched
     ({"$ref": "#/$defs/missing"}, "x", 409),

@@ -10,9 +10,10 @@ from __future__ import annotations
 
 from typing import Annotated, Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, StringConstraints, ValidationInfo, model_validator
+from pydantic import BaseModel, ConfigDict, Field, StringConstraints, ValidationError, ValidationInfo, model_validator
 
 from ..common import ShortText, Slug, Text
+from ..errors import conflict
 from ..operations.kinds import ACTION_KINDS
 from . import parameters
 
@@ -210,3 +211,15 @@ class AppDescriptor(AdapterSpec):
 
     def spec(self) -> AdapterSpec:
         return AdapterSpec.model_validate(self.model_dump(exclude={"app", "version"}))
+
+
+def stored_spec(version: dict) -> AdapterSpec:
+    """An app_versions row's adapter spec, under today's catalog checks. One stored before them (or
+    written past the API) is refused as `version_not_usable`, never a 500, wherever a tenant's request
+    or a run reads it."""
+    try:
+        return AdapterSpec.model_validate(version["adapter"])
+    except ValidationError as exc:
+        raise conflict("version_not_usable", f"version {version['version']}'s adapter spec or parameter schema "
+                       f"fails the catalog's checks ({exc.errors()[0]['msg']}); the catalog must publish a "
+                       "corrected version") from None

@@ -24,7 +24,6 @@ from typing import Any
 import re2
 from jsonschema import Draft202012Validator, SchemaError, ValidationError, validators
 from jsonschema.exceptions import best_match
-from pydantic import ValidationError as SpecError
 from referencing import Registry, Resource
 from referencing.exceptions import Unresolvable
 from referencing.jsonschema import DRAFT202012
@@ -217,12 +216,7 @@ def validate(schema: dict | None, values: dict, platform_vars: set[str]) -> None
 
 def validate_for_version(version: dict, values: dict) -> None:
     """`validate` against an app_versions row (its adapter spec's schema and platform variables)."""
-    from .adapter import AdapterSpec
+    from .adapter import stored_spec
 
-    try:
-        spec = AdapterSpec.model_validate(version["adapter"])
-    except SpecError as exc:  # stored before today's checks, or written past the API: refused, never a 500
-        raise conflict("version_not_usable", f"version {version['version']}'s adapter spec or parameter schema "
-                       f"fails the catalog's checks ({exc.errors()[0]['msg']}); the catalog must publish a "
-                       "corrected version") from None
+    spec = stored_spec(version)
     validate(spec.parameters, values, spec.platform_variables())

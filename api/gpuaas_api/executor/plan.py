@@ -20,7 +20,7 @@ from uuid import UUID
 import psycopg
 
 from ..catalog import parameters
-from ..catalog.adapter import AdapterSpec
+from ..catalog.adapter import AdapterSpec, stored_spec
 from ..catalog.service import get_version_by_id, workload_image
 from ..config import OperationSettings
 from ..errors import unprocessable
@@ -61,7 +61,7 @@ def _targets(op: dict, by_id: dict) -> dict[str, list[str]]:
 def build(conn: psycopg.Connection, settings: OperationSettings, op: dict, instance: dict) -> RunPlan:
     target_version = op["params"].get("target_version_id")
     version = get_version_by_id(conn, UUID(target_version) if target_version else instance["app_version_id"])
-    spec = AdapterSpec.model_validate(version["adapter"])
+    spec = stored_spec(version)
     kind = op["kind"]
     statuses = list(LIVE) + (["pending", "failed"] if kind == "decommission" else [])
     members = conn.execute(

@@ -16,7 +16,7 @@ from ..allocations import service as allocations_service
 from ..allocations.service import get_allocations
 from ..audit import service as audit
 from ..catalog import parameters
-from ..catalog.adapter import AdapterSpec
+from ..catalog.adapter import stored_spec
 from ..catalog.service import get_app, get_version, get_version_by_id, latest_active_version, version_artifacts
 from ..common import page_of
 from ..errors import ApiError, conflict, not_found, unprocessable
@@ -284,7 +284,7 @@ def instance_inventory(conn: psycopg.Connection, instance: dict) -> dict:
     version = get_version_by_id(conn, instance["app_version_id"])
     members = conn.execute(MEMBER_SELECT + " WHERE m.instance_id = %s AND m.status <> 'removed' ORDER BY m.seq",
                            (instance["id"],)).fetchall()
-    return inventory.build(AdapterSpec.model_validate(version["adapter"]), instance["id"], members)
+    return inventory.build(stored_spec(version), instance["id"], members)
 
 
 def set_member_status(conn: psycopg.Connection, member_id: UUID, target: str, *, reason: str = "",
