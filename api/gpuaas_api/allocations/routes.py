@@ -29,22 +29,25 @@ api.route_class = LocatedRoute  # Location on 201/202 (gpuaas_api.location)
           responses=errors.responses("host_registered_elsewhere"), response_model=Allocation, status_code=201)
 def register_allocation(body: AllocationCreate, caller: Caller, db: DB):
     """Register capacity a project holds (platform admins, until allocations come from the cloud API).
-    A host address (with its SSH port) that another tenant holds is refused (409)."""
+    Host addresses are resolved now and compared by the IP addresses they reach: a name that does not
+    resolve, a legacy IPv4 spelling (`127.1`) or one host listed twice is refused (422), and a host (an
+    address it reaches, with its SSH port) that another tenant holds is refused (409)."""
     with db.transaction() as conn:
         project = get_project(conn, body.project_id)
         caller.require("allocations.write", tenant_id=project["tenant_id"], project_id=body.project_id)
         hosts = [h.model_dump() for h in body.hosts]
+        addresses = service.host_addresses(hosts)
         service.lock_hosts(conn)
-        taken = service.registered_elsewhere(conn, project["tenant_id"], hosts)
+        taken = service.registered_elsewhere(conn, project["tenant_id"], hosts, addresses)
         if taken:
             raise conflict("host_registered_elsewhere",
                            f"host(s) {', '.join(taken)} are registered to another tenant", hosts=taken)
         exclusive = body.exclusive if body.exclusive is not None else body.capacity_shape == "baremetal"
         row = conn.execute(
             """INSERT INTO allocations (tenant_id, project_id, name, capacity_shape, sku, gpu_count, region,
-                   exclusive, hosts) VALUES (%s, %s, %s, %s, %s, %s, %s, %s, %s) RETURNING *""",
+                   exclusive, hosts, host_addresses) VALUES (%s, %s, %s, %s, %s, %s, %s, %s, %s, %s) RETURNING *""",
             (project["tenant_id"], body.project_id, body.name, body.capacity_shape, body.sku, body.gpu_count,
-             body.region, exclusive, Jsonb(hosts)),
+             body.region, exclusive, Jsonb(hosts), Jsonb(addresses)),
         ).fetchone()
         audit.record(conn, caller, "allocations.register", "allocation", row["id"], after=row,
                      context={"tenant_id": project["tenant_id"], "project_id": body.project_id})

@@ -11,8 +11,10 @@ from ..common import Name
 CapacityShape = Literal["baremetal", "gpu_slice"]
 Region = Annotated[str, StringConstraints(pattern=r"^[a-z0-9][a-z0-9\-]{0,62}$")]
 Sku = Annotated[str, StringConstraints(pattern=r"^[A-Za-z0-9][A-Za-z0-9._:\-]{0,127}$")]
+# An IP address (IPv6 may end in dotted IPv4: ::ffff:10.0.0.1) or a name. Registration resolves it and
+# refuses legacy IPv4 spellings (allocations.service.host_addresses); responses carry older rows as stored.
 Address = Annotated[str, StringConstraints(
-    pattern=r"^([0-9]{1,3}(\.[0-9]{1,3}){3}|[0-9A-Fa-f:]{2,39}|[A-Za-z0-9]([A-Za-z0-9\-.]{0,251}[A-Za-z0-9])?)$")]
+    pattern=r"^([0-9A-Fa-f:.]{2,45}|[A-Za-z0-9]([A-Za-z0-9\-.]{0,251}[A-Za-z0-9])?)$")]
 SshUser = Annotated[str, StringConstraints(pattern=r"^[a-z_][a-z0-9_\-]{0,31}$")]
 
 
@@ -36,13 +38,11 @@ class AllocationCreate(BaseModel):
     hosts: list[Host] = Field(min_length=1, max_length=256)
 
     @model_validator(mode="after")
-    def _unique_hosts(self):
+    def _unique_names(self):
+        # Addresses are unique too, by what they reach: allocations.service.host_addresses checks them.
         names = [h.name for h in self.hosts]
         if len(set(names)) != len(names):
             raise ValueError("host names must be unique within an allocation")
-        addresses = [(h.address.lower(), h.ssh_port) for h in self.hosts]
-        if len(set(addresses)) != len(addresses):
-            raise ValueError("host addresses (with their SSH port) must be unique within an allocation")
         return self
 
 
