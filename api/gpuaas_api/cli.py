@@ -1,6 +1,8 @@
 """The `gpuaas` command. Subcommands live in gpuaas_api.commands.<name> modules, each exposing
 `register(subparsers)` that adds its parser and sets `func`; new modules (worker, demo, ...) are
-picked up without editing this file.
+picked up without editing this file. A module that sets `DEVELOPMENT = True` (demo, testhosts) adds
+its parsers without `help=` and with a `description=`: `--help` lists them apart, under
+"development and testing".
 
 Every command reads the one settings model (gpuaas_api.config) before it runs: a bad setting ends the
 command with one line on stderr that names it (exit status 2), not a traceback."""
@@ -12,6 +14,7 @@ import importlib
 import os
 import pkgutil
 import sys
+import textwrap
 from pathlib import Path
 
 from . import __version__, commands, observability
@@ -27,7 +30,8 @@ def log_level(value: str) -> str:
 
 
 def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog="gpuaas", description="gpuaas.apps control service")
+    parser = argparse.ArgumentParser(prog="gpuaas", description="gpuaas.apps control service",
+                                     formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--version", action="version", version=f"gpuaas {__version__}")
     parser.add_argument("--log-level", type=log_level, default=None,
                         help=f"{', '.join(LOG_LEVELS)} (default: setting log_level, GPUAAS_LOG_LEVEL, INFO)")
@@ -35,12 +39,26 @@ def build_parser() -> argparse.ArgumentParser:
                         help=f"a TOML file of settings, keys as in docs/operator-guide.md (env {CONFIG_ENV}); "
                              "environment variables override it")
     sub = parser.add_subparsers(dest="command", metavar="COMMAND", required=True)
+    development = []
     for info in sorted(pkgutil.iter_modules(commands.__path__), key=lambda m: m.name):
         module = importlib.import_module(f"{commands.__name__}.{info.name}")
         register = getattr(module, "register", None)
         if register is not None:
+            before = set(sub.choices)
             register(sub)
+            if getattr(module, "DEVELOPMENT", False):
+                development += [(name, sub.choices[name].description) for name in sub.choices if name not in before]
+    parser.epilog = _section("development and testing", development)
     return parser
+
+
+def _section(title: str, commands: list[tuple[str, str]]) -> str:
+    """A titled list of commands laid out as argparse lays out the COMMAND list (argparse lists the
+    commands of one subparsers action in one section only)."""
+    lines = [f"{title}:"]
+    for name, text in commands:
+        lines += textwrap.wrap(text, 78, initial_indent=f"    {name:<20}", subsequent_indent=" " * 24)
+    return "\n".join(lines)
 
 
 def main(argv: list[str] | None = None) -> int:
