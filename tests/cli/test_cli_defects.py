@@ -5,9 +5,45 @@ development secret key when they start, and `--help` lists the development comma
 
 from __future__ import annotations
 
+import os
 import re
+import signal
+import socket
+import subprocess
+import threading
 
 from gpuaas_api.cli import build_parser
+
+from .conftest import GPUAAS
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def test_serve_and_worker_warn_about_the_development_key_when_they_start(db_url, tmp_path):
+    env = {k: v for k, v in os.environ.items() if not k.startswith("GPUAAS_")}
+    env |= {"DATABASE_URL": db_url, "GPUAAS_STATE_DIR": str(tmp_path / "state")}
+    for command, started in ((["serve", "--port", str(free_port())], "Application startup complete"),
+                             (["worker"], "started (concurrency 1)")):
+        proc = subprocess.Popen([GPUAAS, *command], env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+                                text=True)
+        watchdog = threading.Timer(120, proc.kill)
+        watchdog.start()
+        lines = []
+        try:
+            for line in proc.stdout:
+                lines.append(line)
+                if started in line:
+                    break
+        finally:
+            watchdog.cancel()
+            proc.send_signal(signal.SIGTERM)
+            proc.communicate(timeout=60)
+        assert started in lines[-1], lines
+        assert any("GPUAAS_SECRET_KEY is not set: using the development key in " in line for line in lines), lines
 
 
 def test_help_lists_the_development_commands_apart():

@@ -32,13 +32,16 @@ def run(args: argparse.Namespace) -> int:
     from .. import db
     from ..app import SERVER_OPTIONS, create_app
     from ..config import OperationSettings, Settings
+    from ..secrets.service import warn_development_key
 
     model = args.settings
+    operation_settings = OperationSettings.from_model(model)
+    warn_development_key(operation_settings)
     signal.signal(signal.SIGTERM, _stop)
     try:
         with db.database_url(Settings.from_model(model)) as url:
             app = create_app(settings=Settings.from_model(model, database_url=url))
-            app.state.operation_settings = OperationSettings.from_model(model)
+            app.state.operation_settings = operation_settings
             uvicorn.run(app, host=args.host or model.host, port=args.port or model.port,
                         log_level=args.log_level.lower(), **SERVER_OPTIONS)
     except _Stopped:

@@ -22,14 +22,17 @@ def run(args: argparse.Namespace) -> int:
     from .. import db
     from ..config import OperationSettings, Settings
     from ..executor.worker import Worker
+    from ..secrets.service import warn_development_key
 
     model = args.settings
     concurrency = args.concurrency or model.worker_concurrency
+    operation_settings = OperationSettings.from_model(model)
+    warn_development_key(operation_settings)
     with db.database_url(Settings.from_model(model)) as url:
         db.upgrade(url)
         database = db.Database(url, min_size=1, max_size=2 + 3 * concurrency)
         database.open()
-        worker = Worker(database, OperationSettings.from_model(model), name=args.name, concurrency=concurrency)
+        worker = Worker(database, operation_settings, name=args.name, concurrency=concurrency)
 
         def stop(signum, _frame):
             # First signal: finish the runs in flight, claim nothing new. Second: leave now; the leases

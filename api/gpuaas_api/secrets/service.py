@@ -23,13 +23,26 @@ STRUCTURED = frozenset({"keypair", "registry_credential"})
 PUBLIC_FIELDS = frozenset({"public_key", "username", "registry"})
 
 
+def warn_development_key(settings: OperationSettings) -> None:
+    """The warning that the development key is in use, at the start of serve and worker (so that it is
+    not first seen at a run), without creating the key."""
+    if not settings.secret_key:
+        _development_key_warning(settings.state_dir / "secret.key")
+
+
+@lru_cache(maxsize=8)
+def _development_key_warning(path: Path) -> None:
+    # Once per process and key file: at the start, or else at the key's first use.
+    log.warning("GPUAAS_SECRET_KEY is not set: using the development key in %s (set a real key in production)",
+                path)
+
+
 @lru_cache(maxsize=8)
 def _fernet(secret_key: str | None, state_dir: Path) -> Fernet:
     if secret_key:
         return Fernet(secret_key.encode())
     path = state_dir / "secret.key"
-    log.warning("GPUAAS_SECRET_KEY is not set: using the development key in %s (set a real key in production)",
-                path)
+    _development_key_warning(path)
     state_dir.mkdir(parents=True, exist_ok=True)
     try:
         fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
