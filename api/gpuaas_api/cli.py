@@ -20,6 +20,11 @@ from pathlib import Path
 from . import __version__, commands, observability
 from .config import CONFIG_ENV, LOG_LEVELS, ConfigError, load
 
+# The status of a command whose reader went away (`gpuaas ... | head`): what a shell reports for a
+# command killed by SIGPIPE (128 + 13), as `cat`, `yes` or `git log` end there. The output was cut, so
+# 0 would claim a success; a pipeline without `set -o pipefail` ignores it anyway.
+EXIT_BROKEN_PIPE = 141
+
 
 def log_level(value: str) -> str:
     """argparse type for --log-level (global, or after `serve` / `worker`)."""
@@ -62,6 +67,19 @@ def _section(title: str, commands: list[tuple[str, str]]) -> str:
 
 
 def main(argv: list[str] | None = None) -> int:
+    try:
+        try:
+            return _run(argv)
+        finally:
+            sys.stdout.flush()  # what is still buffered (--help's text too) may meet the closed pipe
+    except BrokenPipeError:
+        # The reader is gone: nothing more to say, and nothing to say it to. Python flushes stdout once
+        # more at exit; pointed at /dev/null that flush cannot fail and print its own complaint.
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        return EXIT_BROKEN_PIPE
+
+
+def _run(argv: list[str] | None) -> int:
     from .embedded_db import EmbeddedError
 
     args = build_parser().parse_args(argv)

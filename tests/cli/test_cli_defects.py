@@ -13,14 +13,30 @@ import subprocess
 import threading
 
 from gpuaas_api.cli import build_parser
+from operations.helpers import make_instance
 
 from .conftest import GPUAAS
+
+SA = "service_account"
 
 
 def free_port() -> int:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         return s.getsockname()[1]
+
+
+def test_a_closed_pipe_ends_a_command_quietly(ops, cli):
+    make_instance(ops, "piped")
+    # `gpuaas instances show piped | head -0`: the reader is gone before the command writes.
+    read_end, write_end = os.pipe()
+    os.close(read_end)
+    try:
+        done = subprocess.run([GPUAAS, "instances", "show", "piped"], stdout=write_end, stderr=subprocess.PIPE,
+                              text=True, timeout=120, env=cli.env(GPUAAS_API=cli.url, GPUAAS_TOKEN=ops.w.tokens[SA]))
+    finally:
+        os.close(write_end)
+    assert (done.returncode, done.stderr) == (141, "")
 
 
 def test_serve_and_worker_warn_about_the_development_key_when_they_start(db_url, tmp_path):
