@@ -80,6 +80,7 @@ def main(argv: list[str] | None = None) -> int:
 
 
 def _run(argv: list[str] | None) -> int:
+    from .client.cli import quiet_http_log
     from .embedded_db import EmbeddedError
 
     args = build_parser().parse_args(argv)
@@ -91,6 +92,8 @@ def _run(argv: list[str] | None) -> int:
         args.log_level = args.log_level or args.settings.log_level
         # JSON lines for serve and worker (uvicorn's loggers included), tracing when configured.
         observability.setup(args.settings, args.command, args.log_level)
+        if args.command not in observability.SERVICES:
+            quiet_http_log()
         return int(args.func(args) or 0)
     except ConfigError as exc:
         print(f"gpuaas: {exc}", file=sys.stderr)

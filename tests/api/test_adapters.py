@@ -143,6 +143,8 @@ def test_a_collection_artifact_needs_its_content_stored(world):
 
 
 def test_the_cli_needs_the_admin_token(tmp_path):
-    done = subprocess.run([str(Path(sys.executable).parent / "gpuaas"), "apps", "register", str(OPSAPP)],
-                          capture_output=True, text=True, env={"PATH": "/usr/bin:/bin"})
-    assert done.returncode == 2 and "GPUAAS_TOKEN" in done.stderr
+    # A token from `gpuaas login` or GPUAAS_TOKEN, as for every client command; this home has none stored.
+    done = subprocess.run([str(Path(sys.executable).parent / "gpuaas"), "apps", "register", str(OPSAPP),
+                           "--url", "http://127.0.0.1:8000"],
+                          capture_output=True, text=True, env={"PATH": "/usr/bin:/bin", "HOME": str(tmp_path)})
+    assert done.returncode == 1 and "run `gpuaas login` or set GPUAAS_TOKEN" in done.stderr, done.stderr

@@ -13,7 +13,7 @@ import subprocess
 import threading
 
 from gpuaas_api.cli import build_parser
-from operations.helpers import make_instance
+from operations.helpers import TEST_APP, make_instance, opsapp_build
 
 from .conftest import GPUAAS
 
@@ -24,6 +24,31 @@ def free_port() -> int:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         return s.getsockname()[1]
+
+
+def test_apps_register_reads_the_login_and_names_the_address_it_cannot_reach(ops, cli):
+    admin = ops.w.tokens["platform_admin"]
+    build = str(opsapp_build("1.0.0"))  # the ops fixture registered it: registering it again changes nothing
+    assert cli("login", "--url", cli.url, "--token-stdin", stdin=admin + "\n", api=False).returncode == 0
+
+    # The login alone: no GPUAAS_TOKEN, no URL option; and no `INFO httpx` line per request.
+    done = cli("apps", "register", build, api=False)
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.startswith(f"{TEST_APP} 1.0.0: active, artifact "), done.stdout
+    assert done.stderr == ""
+
+    # --url overrides the stored URL; an address where nothing listens is named.
+    dead = f"http://127.0.0.1:{free_port()}"
+    refused = cli("apps", "register", build, "--url", dead, api=False)
+    assert refused.returncode == 1 and refused.stderr.startswith(f"gpuaas: cannot reach {dead} (ConnectError: "), \
+        refused.stderr
+    assert len(refused.stderr.splitlines()) == 1, refused.stderr
+
+    # The old form still works (the demo and scripts use it): --api with GPUAAS_TOKEN, nothing stored.
+    assert cli("logout", api=False).returncode == 0
+    old = cli("apps", "register", build, "--api", cli.url, token=admin, api=False)
+    assert old.returncode == 0 and old.stdout.startswith(f"{TEST_APP} 1.0.0: active"), old.stderr
+    assert "--api" not in cli("apps", "register", "--help").stdout
 
 
 def test_a_closed_pipe_ends_a_command_quietly(ops, cli):

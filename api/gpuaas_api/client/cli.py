@@ -33,6 +33,13 @@ def project_option(parser: argparse.ArgumentParser) -> None:
                              "`gpuaas login --project`, else every project the token may read)")
 
 
+def url_option(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--url", help=f"the control service's URL (default: {config.URL_ENV}, else the one stored by "
+                                      "`gpuaas login`)")
+    # The first spelling of --url, kept for the scripts that use it; not listed.
+    parser.add_argument("--api", dest="url", help=argparse.SUPPRESS)
+
+
 def operation_options(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--no-wait", action="store_true",
                         help="print the operation id and return at once instead of following it to its end")
@@ -44,27 +51,29 @@ def operation_options(parser: argparse.ArgumentParser) -> None:
 
 
 def connect(args: argparse.Namespace) -> Client:
-    """A client from GPUAAS_API / GPUAAS_TOKEN or the config file `gpuaas login` wrote."""
+    """A client from --url (where the command has it), GPUAAS_API / GPUAAS_TOKEN or the config file
+    `gpuaas login` wrote."""
     settings = config.load()
     args.default_project = settings.project
-    if not settings.url:
+    url = getattr(args, "url", None) or settings.url
+    if not url:
         raise ClientError(f"no service URL: run `gpuaas login --url URL` or set {config.URL_ENV}")
     if not settings.token:
-        raise ClientError(f"not logged in to {settings.url}: run `gpuaas login` or set {config.TOKEN_ENV}")
+        raise ClientError(f"not logged in to {url}: run `gpuaas login` or set {config.TOKEN_ENV}")
     if settings.source("token") == str(config.config_path()) and config.too_open():
         print(f"gpuaas: warning: {config.config_path()} holds a token and others may read it; chmod 600 it",
               file=sys.stderr)
     from .http import Client
 
-    quiet_http_log()
-    return Client(settings.url, settings.token)
+    return Client(url, settings.token)
 
 
 def quiet_http_log() -> None:
-    """httpx logs every request at INFO: that is for debugging the client (--log-level DEBUG), not
-    part of its output."""
-    for name in ("httpx", "httpcore"):
-        logging.getLogger(name).setLevel(max(logging.WARNING, logging.getLogger().level))
+    """httpx logs every request at INFO: that is for debugging a command (--log-level DEBUG), not part
+    of its output. gpuaas_api.cli calls it once for every command but the services."""
+    if logging.getLogger().level > logging.DEBUG:
+        for name in ("httpx", "httpcore"):
+            logging.getLogger(name).setLevel(logging.WARNING)
 
 
 def project_ref(args: argparse.Namespace) -> str | None:

@@ -10,6 +10,11 @@ class ClientError(Exception):
     """A problem on this side (not logged in, no such name, the service unreachable); str() is one line."""
 
 
+def unreachable(url: str, exc: Exception) -> ClientError:
+    """The service did not answer at `url` (a transport error): the address is named, it is what to check."""
+    return ClientError(f"cannot reach {url} ({type(exc).__name__}: {exc})")
+
+
 class ApiError(ClientError):
     """The service's error envelope: {"error": {code, message, details, correlation_id}}."""
 

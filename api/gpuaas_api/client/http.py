@@ -15,7 +15,7 @@ from typing import Any
 import httpx
 
 from .. import __version__
-from .errors import ApiError, ClientError, StreamEnded
+from .errors import ApiError, ClientError, StreamEnded, unreachable
 
 # Statuses that say "try again": the proxy or the service is restarting, or the database is away.
 RETRY_STATUSES = frozenset({502, 503, 504})
@@ -72,7 +72,7 @@ class Client:
                 if attempt + 1 < attempts:
                     time.sleep(RETRY_DELAYS[attempt])
                     continue
-                raise ClientError(f"cannot reach {self.url} ({type(exc).__name__}: {exc})") from None
+                raise unreachable(self.url, exc) from None
             if response.status_code in RETRY_STATUSES and attempt + 1 < attempts:
                 time.sleep(RETRY_DELAYS[attempt])
                 continue

@@ -1,11 +1,10 @@
 from __future__ import annotations
 
 import argparse
-import os
 import sys
 from pathlib import Path
 
-from ..client.cli import command, json_output, output_option
+from ..client.cli import command, json_output, output_option, url_option
 
 
 def register(sub: argparse._SubParsersAction) -> None:
@@ -15,8 +14,7 @@ def register(sub: argparse._SubParsersAction) -> None:
     reg = asub.add_parser("register", help="register the apps a collection build describes (adapters/*.yml): "
                           "upload the build by digest, create app, artifact and version")
     reg.add_argument("collection", type=Path, help="a collection tarball, or a collection directory to build")
-    reg.add_argument("--api", default=os.environ.get("GPUAAS_API", "http://127.0.0.1:8000"),
-                     help="the control service's URL (env GPUAAS_API)")
+    url_option(reg)
     reg.add_argument("--activate", action="store_true", help="promote the artifacts and the versions to active")
     reg.add_argument("--canary", action="store_true", help="promote them to canary: only instances that opted "
                      "in to canary versions may bind them")
@@ -49,15 +47,14 @@ def list_apps(args, client) -> int:
     return 0
 
 
-def register_apps(args: argparse.Namespace) -> int:
+@command
+def register_apps(args, client) -> int:
+    """As the platform admin: the token of `gpuaas login` (or GPUAAS_TOKEN), like every client command."""
     import httpx
 
     from ..catalog.register import RegisterError, register
+    from ..client.errors import ClientError, unreachable
 
-    token = os.environ.get("GPUAAS_TOKEN")
-    if not token:
-        print("gpuaas apps register: set GPUAAS_TOKEN to the platform admin's token", file=sys.stderr)
-        return 2
     workloads = dict(w.partition("=")[::2] for w in args.workload)
     key_files = dict(s.partition("=")[::2] for s in args.signed_by)
     if any(not app or not value for app, value in (workloads | key_files).items()):
@@ -68,15 +65,17 @@ def register_apps(args: argparse.Namespace) -> int:
     except OSError as exc:
         print(f"gpuaas apps register: {exc}", file=sys.stderr)
         return 2
-    with httpx.Client(base_url=args.api, headers={"Authorization": f"Bearer {token}"}, timeout=120) as api:
-        try:
-            for r in register(api, args.collection, activate=args.activate, canary=args.canary,
-                              workloads=workloads, signers=signers, reason=args.reason):
-                if r.status == "needs_workload":
-                    print(f"{r.app}: app only; its versions pin an image: --workload {r.app}=REGISTRY/REPO@sha256:...")
-                else:
-                    print(f"{r.app} {r.version}: {r.status}, artifact {r.artifact_id} ({r.digest})")
-        except (RegisterError, httpx.HTTPError) as exc:
-            print(f"gpuaas apps register: {exc}", file=sys.stderr)
-            return 1
+    client.http.timeout = httpx.Timeout(120)  # the upload of a build takes longer than a read
+    try:
+        registered = register(client.http, args.collection, activate=args.activate, canary=args.canary,
+                              workloads=workloads, signers=signers, reason=args.reason)
+    except httpx.TransportError as exc:
+        raise unreachable(client.url, exc) from None
+    except (RegisterError, httpx.HTTPError) as exc:
+        raise ClientError(str(exc)) from None
+    for r in registered:
+        if r.status == "needs_workload":
+            print(f"{r.app}: app only; its versions pin an image: --workload {r.app}=REGISTRY/REPO@sha256:...")
+        else:
+            print(f"{r.app} {r.version}: {r.status}, artifact {r.artifact_id} ({r.digest})")
     return 0

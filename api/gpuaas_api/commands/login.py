@@ -23,11 +23,9 @@ def register(sub: argparse._SubParsersAction) -> None:
 
 def login(args: argparse.Namespace) -> int:
     from ..client import config, lookup
-    from ..client.cli import quiet_http_log
     from ..client.errors import ApiError, ClientError
     from ..client.http import Client
 
-    quiet_http_log()
     try:
         stored = config.read_file()
         url = args.url or os.environ.get(config.URL_ENV) or stored.get("url")
