@@ -18,6 +18,7 @@ from operations.helpers import TEST_APP, make_instance, opsapp_build
 from .conftest import GPUAAS
 
 SA = "service_account"
+HEX = "0123456789abcdef"
 
 
 def free_port() -> int:
@@ -49,6 +50,44 @@ def test_apps_register_reads_the_login_and_names_the_address_it_cannot_reach(ops
     old = cli("apps", "register", build, "--api", cli.url, token=admin, api=False)
     assert old.returncode == 0 and old.stdout.startswith(f"{TEST_APP} 1.0.0: active"), old.stderr
     assert "--api" not in cli("apps", "register", "--help").stdout
+
+
+def test_ids_are_taken_by_any_unique_prefix(ops, cli):
+    w, token = ops.w, ops.w.tokens[SA]
+    instance, _ = make_instance(ops, "prefixes", workers=1)
+    op = w.call(SA, "POST", f"/v1/instances/{instance['id']}/deploy", 202).json()  # no worker: it stays queued
+
+    shown = cli("ops", "show", op["id"][:8], token=token)
+    assert shown.returncode == 0, shown.stderr
+    assert shown.stdout.splitlines()[0] == f"operation {op['id']}"
+    assert cli("instances", "show", instance["id"][:8], token=token).stdout.splitlines()[0] == \
+        f"prefixes  {instance['id']}"
+    member = next(m for m in w.call(SA, "GET", f"/v1/instances/{instance['id']}/members", 200).json()["items"]
+                  if m["role"] == "worker")
+    listed = cli("members", "list", instance["id"][:5], token=token)
+    assert listed.returncode == 0 and member["id"] in listed.stdout, listed.stderr
+    canceled = cli("ops", "cancel", op["id"][:4], token=token)
+    assert canceled.returncode == 0 and canceled.stdout.startswith(f"deploy {op['id']}: canceled"), canceled
+    followed = cli("ops", "follow", op["id"][:6], token=token)
+    assert followed.returncode == 3, (followed.stdout, followed.stderr)
+
+    # No match: a first digit no operation of the project's instances starts with.
+    other = next(d for d in HEX if not op["id"].startswith(d))
+    missing = cli("ops", "show", other, token=token)
+    assert (missing.returncode, missing.stdout) == (1, "")
+    assert missing.stderr == f"gpuaas: no operation with an id starting {other} in the projects this token may read\n"
+
+    # Ambiguous: among 17 projects two ids share their first digit (16 digits).
+    tenant = w.ids["tenant_a"]
+    projects = w.call("tenant_admin", "GET", f"/v1/tenants/{tenant}/projects", 200).json()["items"]
+    while not (shared := [d for d in HEX if sum(p["id"].startswith(d) for p in projects) > 1]):
+        projects.append(w.call("tenant_admin", "POST", f"/v1/tenants/{tenant}/projects", 201,
+                               json={"name": f"prefix-{len(projects)}"}).json())
+    digit = shared[0]
+    ambiguous = cli("instances", "list", "--project", digit, token=w.tokens["tenant_admin"])
+    matches = ", ".join(sorted(p["id"] for p in projects if p["id"].startswith(digit)))
+    assert (ambiguous.returncode, ambiguous.stdout) == (1, "")
+    assert ambiguous.stderr == f"gpuaas: project id prefix {digit} is ambiguous: matches {matches}\n"
 
 
 def test_a_closed_pipe_ends_a_command_quietly(ops, cli):

@@ -1,10 +1,14 @@
 """Names to ids, through the public API only: projects, instances, members and allocations may be
-named by id or by name. A name that matches nothing, or more than one thing, is a ClientError that
-says which."""
+named by id or by name, operations by id; and every id by any unique prefix of it (as git and podman
+take them), so the short ids people copy from the output work. A full id is used as is; a prefix
+is looked up in the lists the token may read, after the names. A name or prefix that matches
+nothing, or more than one thing, is a ClientError that says which."""
 
 from __future__ import annotations
 
+import re
 import uuid
+from collections.abc import Callable, Iterable
 from typing import TYPE_CHECKING
 
 from .errors import ClientError
@@ -19,6 +23,30 @@ def is_uuid(value: str) -> bool:
     except ValueError:
         return False
     return True
+
+
+def is_id_prefix(ref: str) -> bool:
+    """Whether `ref` may be the start of an id (a hex digit, then hex digits and dashes)."""
+    return re.fullmatch(r"[0-9a-f][0-9a-f-]*", ref.lower()) is not None
+
+
+def named(kind: str, ref: str, items: Iterable[dict], by_name: Callable[[dict], bool]) -> list[dict]:
+    """The items `ref` names: those whose name it is, else those whose id starts with it. A name wins
+    over a prefix (as a branch over an abbreviated commit in git); a prefix that starts several ids is
+    an error that lists them."""
+    items = list(items)
+    matches = [item for item in items if by_name(item)]
+    if matches or not is_id_prefix(ref):
+        return matches
+    matches = [item for item in items if item["id"].startswith(ref.lower())]
+    if len(matches) > 1:
+        raise ClientError(f"{kind} id prefix {ref} is ambiguous: matches {', '.join(sorted(m['id'] for m in matches))}")
+    return matches
+
+
+def _or_prefix(ref: str) -> str:
+    """For "no such" messages: what `ref` was looked up as besides a name."""
+    return f" or with an id starting {ref}" if is_id_prefix(ref) else ""
 
 
 def visible_projects(client: Client) -> list[dict]:
@@ -42,15 +70,15 @@ def visible_projects(client: Client) -> list[dict]:
 
 
 def project(client: Client, ref: str) -> dict:
-    """A project by id or by name (a name among the visible projects)."""
+    """A project by id, by name or by id prefix (among the visible projects)."""
     if is_uuid(ref):
         return client.get(f"/v1/projects/{ref}")
-    named = [p for p in visible_projects(client) if p["name"] == ref]
-    if not named:
-        raise ClientError(f"no project named {ref} that this token may read")
-    if len(named) > 1:
-        raise ClientError(f"more than one project is named {ref}: {', '.join(p['id'] for p in named)}; pass its id")
-    return named[0]
+    matches = named("project", ref, visible_projects(client), lambda p: p["name"] == ref)
+    if not matches:
+        raise ClientError(f"no project named {ref}{_or_prefix(ref)} that this token may read")
+    if len(matches) > 1:
+        raise ClientError(f"more than one project is named {ref}: {', '.join(p['id'] for p in matches)}; pass its id")
+    return matches[0]
 
 
 def projects(client: Client, ref: str | None) -> list[dict]:
@@ -64,18 +92,39 @@ def projects(client: Client, ref: str | None) -> list[dict]:
 
 
 def instance(client: Client, ref: str, project_ref: str | None = None) -> dict:
-    """An instance by id, or by name within the project (default: every visible project)."""
+    """An instance by id, or by name or id prefix within the project (default: every visible project)."""
     if is_uuid(ref):
         return client.get(f"/v1/instances/{ref}")
-    matches = [i for p in projects(client, project_ref) for i in client.pages(f"/v1/projects/{p['id']}/instances")
-               if i["name"] == ref]
+    matches = named("instance", ref, instances(client, project_ref), lambda i: i["name"] == ref)
     if not matches:
-        where = f"project {project_ref}" if project_ref else "the projects this token may read"
-        raise ClientError(f"no instance named {ref} in {where}")
+        raise ClientError(f"no instance named {ref}{_or_prefix(ref)} in {_where(project_ref)}")
     if len(matches) > 1:
         where = ", ".join(i["project_id"] for i in matches)
         raise ClientError(f"instances named {ref} exist in several projects ({where}); pass --project")
     return matches[0]
+
+
+def instances(client: Client, project_ref: str | None) -> Iterable[dict]:
+    return (i for p in projects(client, project_ref) for i in client.pages(f"/v1/projects/{p['id']}/instances"))
+
+
+def _where(project_ref: str | None) -> str:
+    return f"project {project_ref}" if project_ref else "the projects this token may read"
+
+
+def operation_id(client: Client, ref: str, project_ref: str | None = None) -> str:
+    """An operation's id: `ref` itself when it is one, else the one id it starts among the operations
+    of the project's instances (default: of every visible project; no route lists operations across
+    instances)."""
+    if is_uuid(ref):
+        return ref
+    if not is_id_prefix(ref):
+        raise ClientError(f"{ref} is not an operation id (nor the start of one)")
+    ops = (op for i in instances(client, project_ref) for op in client.pages(f"/v1/instances/{i['id']}/operations"))
+    matches = named("operation", ref, ops, lambda op: False)  # operations have no name
+    if not matches:
+        raise ClientError(f"no operation with an id starting {ref} in {_where(project_ref)}")
+    return matches[0]["id"]
 
 
 def members(client: Client, instance_id: str) -> list[dict]:
@@ -83,13 +132,14 @@ def members(client: Client, instance_id: str) -> list[dict]:
 
 
 def member(client: Client, instance_obj: dict, ref: str) -> dict:
-    """A member by id, node name or host name (removed members only by id)."""
+    """A member by id, node name, host name or id prefix (removed members only by id or prefix)."""
     if is_uuid(ref):
         return client.get(f"/v1/instances/{instance_obj['id']}/members/{ref}")
-    matches = [m for m in members(client, instance_obj["id"])
-               if m["status"] != "removed" and ref in (m["node_name"], m["host_name"])]
+    matches = named("member", ref, members(client, instance_obj["id"]),
+                    lambda m: m["status"] != "removed" and ref in (m["node_name"], m["host_name"]))
     if not matches:
-        raise ClientError(f"instance {instance_obj['name']} has no member {ref} (node or host name)")
+        raise ClientError(f"instance {instance_obj['name']} has no member {ref} (node or host name"
+                          + (", or id prefix)" if is_id_prefix(ref) else ")"))
     if len(matches) > 1:
         raise ClientError(f"{ref} names several members of {instance_obj['name']}: "
                           f"{', '.join(m['id'] for m in matches)}; pass an id")
@@ -97,12 +147,12 @@ def member(client: Client, instance_obj: dict, ref: str) -> dict:
 
 
 def allocation(client: Client, project_id: str, ref: str) -> str:
-    """An allocation's id, by id or by name among the project's allocations."""
+    """An allocation's id, by id, or by name or id prefix among the project's allocations in use."""
     if is_uuid(ref):
         return ref
-    matches = [a for a in client.pages(f"/v1/projects/{project_id}/allocations")
-               if a["name"] == ref and not a.get("released_at")]
+    in_use = (a for a in client.pages(f"/v1/projects/{project_id}/allocations") if not a.get("released_at"))
+    matches = named("allocation", ref, in_use, lambda a: a["name"] == ref)
     if len(matches) != 1:
-        raise ClientError(f"no allocation named {ref} in project {project_id}" if not matches else
+        raise ClientError(f"no allocation named {ref}{_or_prefix(ref)} in project {project_id}" if not matches else
                           f"several allocations are named {ref}; pass an id")
     return matches[0]["id"]

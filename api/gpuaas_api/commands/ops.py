@@ -17,16 +17,19 @@ def register(sub: argparse._SubParsersAction) -> None:
     output_option(ls)
     ls.set_defaults(func=list_operations)
     show = osub.add_parser("show", help="one operation: status, times, task progress, the failing task")
-    show.add_argument("operation", metavar="OPERATION", help="the operation's id")
+    show.add_argument("operation", metavar="OPERATION", help="the operation's id, or any unique start of it")
+    project_option(show)
     output_option(show)
     show.set_defaults(func=show_operation)
     follow = osub.add_parser("follow", help="follow an operation live until it ends; exits 0 succeeded, "
                                             "1 failed, 3 canceled")
-    follow.add_argument("operation", metavar="OPERATION", help="the operation's id")
+    follow.add_argument("operation", metavar="OPERATION", help="the operation's id, or any unique start of it")
+    project_option(follow)
     output_option(follow)
     follow.set_defaults(func=follow_operation)
     cancel = osub.add_parser("cancel", help="cancel a queued or running operation")
-    cancel.add_argument("operation", metavar="OPERATION", help="the operation's id")
+    cancel.add_argument("operation", metavar="OPERATION", help="the operation's id, or any unique start of it")
+    project_option(cancel)
     output_option(cancel)
     cancel.set_defaults(func=cancel_operation)
 
@@ -49,10 +52,11 @@ def list_operations(args, client) -> int:
 
 @command
 def show_operation(args, client) -> int:
+    from ..client import lookup
     from ..client.follow import duration, history
     from ..client.render import dump, when
 
-    op = client.get(f"/v1/operations/{args.operation}")
+    op = client.get(f"/v1/operations/{lookup.operation_id(client, args.operation, project_ref(args))}")
     progress = history(client, op)
     tasks = {"done": progress.done, "started": progress.started, "failed": progress.failed,
              "hosts": sorted(progress.hosts), "running": progress.running, "failure": progress.failure}
@@ -80,15 +84,18 @@ def show_operation(args, client) -> int:
 
 @command
 def follow_operation(args, client) -> int:
-    op = client.get(f"/v1/operations/{args.operation}")
+    from ..client import lookup
+
+    op = client.get(f"/v1/operations/{lookup.operation_id(client, args.operation, project_ref(args))}")
     return wait(args, client, op)
 
 
 @command
 def cancel_operation(args, client) -> int:
+    from ..client import lookup
     from ..client.render import dump
 
-    op = client.post(f"/v1/operations/{args.operation}/cancel")
+    op = client.post(f"/v1/operations/{lookup.operation_id(client, args.operation, project_ref(args))}/cancel")
     if json_output(args):
         dump(op)
     else:
