@@ -1,7 +1,7 @@
 """The Slurm lifecycle playbooks on a real multi-host cluster: podman hosts with systemd, reached over SSH.
 
 The tests run in order and share one cluster: deploy, reconfigure, pinned package versions, add, drain,
-resume, remove, replace, decommission.
+resume, remove (and a converge that refuses to bring the removed worker back), replace, decommission.
 Each checks real Slurm state, which hosts the run touched and which daemons it restarted.
 """
 
@@ -307,6 +307,32 @@ def test_remove_refuses_a_busy_worker_then_removes_it(cluster):
     )
     assert_unchanged_second_run(cluster, "slurm_member_remove", slurm_members="w3")
     cluster.workers = ["w1", "w2"]
+
+
+def test_a_converge_refuses_a_removed_worker_left_in_the_inventory_until_member_add(cluster):
+    """The operator trap: w3 was removed, but the inventory still lists it in slurm_workers. A deploy
+    (or reconfigure) would silently join it again; the controller's node registry remembers it was
+    removed, so the converge refuses before any host changes. Adding it back is an explicit member_add."""
+    before = cluster.daemon_pids()
+    cluster.workers = ["w1", "w2", "w3"]
+    refused = cluster.playbook("slurm_deploy")
+    assert refused.rc != 0
+    said = " ".join(refused.output.split())
+    assert "Workers removed from this cluster are still in group slurm_workers: w3 (node w3)." in said, said[-3000:]
+    assert "add them back with gpuaas.apps.slurm_member_add -e slurm_members=w3" in said
+    assert set(refused.changed.values()) == {0}, refused.changed
+    assert restarted(before, cluster.daemon_pids()) == set()
+    assert set(cluster.node_states()) == {"w1", "w2"}
+    assert cluster.sh("w3", "pgrep -x slurmd || true") == ""
+
+    back = cluster.playbook("slurm_member_add", slurm_members="w3")
+    assert back.rc == 0, back.output[-4000:]
+    assert set(cluster.node_states()) == {"w1", "w2", "w3"}
+    assert_unchanged_second_run(cluster, "slurm_deploy")  # back in the cluster: a converge keeps it
+    gone = cluster.playbook("slurm_member_remove", slurm_members="w3")
+    assert gone.rc == 0, gone.output[-4000:]
+    cluster.workers = ["w1", "w2"]
+    assert set(cluster.node_states()) == {"w1", "w2"}
 
 
 def test_replace_joins_the_new_worker_before_draining_the_old(cluster):
