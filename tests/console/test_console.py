@@ -7,6 +7,7 @@ never as markup."""
 
 from __future__ import annotations
 
+import logging
 import re
 from pathlib import Path
 
@@ -23,11 +24,17 @@ SA = "service_account"
 # error and the instance's status reason through a run.
 HOSTILE_NAME = '<img src=x onerror="window.__pwned=1">'
 HOSTILE_MESSAGE = '<img src=x onerror="window.__pwned=2"><script>window.__pwned=3</script>&amp; "quoted"'
+RED = "rgb(179, 38, 30)"  # console.css's --bad
 RUN_MINUTES = 90_000  # ms: a run on a loaded 2-core machine
 
 
 def rows(page, selector: str, attribute: str) -> list[str]:
     return page.locator(selector).evaluate_all(f"rows => rows.map(r => r.getAttribute('{attribute}'))")
+
+
+def bar_colour(page, operation_id: str) -> str:
+    bar = page.locator(f'tr[data-operation="{operation_id}"] progress')
+    return bar.evaluate("bar => getComputedStyle(bar).accentColor")
 
 
 def no_markup_injected(page) -> None:
@@ -111,6 +118,13 @@ def test_a_deploy_shows_live_and_a_failed_run_names_its_task_and_correlation_id(
     failed_row = page.locator(f'tr[data-operation="{failed["id"]}"]')
     expect(failed_row).to_have_attribute("data-status", "failed")
     expect(failed_row.locator("td.tasks")).to_have_text(re.compile(r"^(\d+)/\1, 1 failed$"))
+    # Its progress bar is red; the succeeded deploy's is not (the value bar's colour is accent-color).
+    page.evaluate("hash => { location.hash = hash; }", f"#/instances/{live['id']}")
+    expect(page.locator(f'tr[data-operation="{deploy["id"]}"]')).to_have_attribute("data-status", "succeeded")
+    assert bar_colour(page, deploy["id"]) != RED
+    page.evaluate("hash => { location.hash = hash; }", f"#/instances/{broken['id']}")
+    expect(failed_row).to_have_attribute("data-status", "failed")
+    assert bar_colour(page, failed["id"]) == RED
     # The correlation id narrows the timeline to the operation's own events.
     failed_row.locator("a.correlation-id").click()
     expect(page.locator(".toolbar code.filter")).to_have_text(failed["correlation_id"])
@@ -173,6 +187,42 @@ def test_another_projects_instance_is_refused_with_the_services_correlation_id(o
     assert console.errors == []
 
 
+def test_an_instance_page_names_its_project_counts_in_words_and_has_an_icon(ops, console, caplog):
+    instance, _ = make_instance(ops, "small", workers=1)  # one event so far: apps.instance.requested
+    page = console.page
+    caplog.set_level(logging.INFO, logger="gpuaas_api.access")  # what the service answered the browser
+
+    console.open(ops.w.tokens[SA], f"#/instances/{instance['id']}")
+    expect(page.locator(".timeline tbody tr")).to_have_count(1)
+    # The project by its name, linking to its page; its id is one hover away.
+    project = page.locator(".facts dt:text-is('project') + dd a")
+    expect(project).to_have_text("project-a1")
+    assert project.get_attribute("href") == f"#/projects/{ops.ids['project_a1']}"
+    assert project.get_attribute("title") == ops.ids["project_a1"]
+    expect(page.locator(".toolbar > :first-child")).to_have_text("1 event")
+
+    # Chromium asks for the page's icon by itself (Playwright does not report that request, the service's
+    # access log has it): the one index.html links to, not a /favicon.ico that would answer 404.
+    def answered() -> list[tuple[str, int]]:
+        return [(r.http_path, r.http_status) for r in caplog.records if hasattr(r, "http_status")]
+    wait_for(lambda: any("favicon" in path for path, _ in answered()), 15, what="the browser to ask for an icon")
+    assert [a for a in answered() if a[1] == 404] == []
+    assert ("/console/favicon.svg", 200) in answered()
+    # It is an image that loads under the console's own CSP, and served with that CSP.
+    href = page.locator('head link[rel="icon"]').evaluate("link => link.href")
+    assert href == f"{console.url}/console/favicon.svg"
+    assert page.evaluate("""href => new Promise((resolve) => {
+        const image = new Image();
+        image.onload = () => resolve(image.naturalWidth > 0);
+        image.onerror = () => resolve(false);
+        image.src = href;
+    })""", href) is True
+    icon = page.request.get(href)
+    assert icon.status == 200 and icon.headers["content-type"] == "image/svg+xml"
+    assert icon.headers["content-security-policy"] == CSP
+    assert console.errors == []
+
+
 def test_the_console_is_static_same_origin_and_not_in_the_schema():
     client = TestClient(create_app())
     for path in ["/console/", *(f"/console/{name}" for name in FILES)]:
@@ -186,7 +236,8 @@ def test_the_console_is_static_same_origin_and_not_in_the_schema():
     assert not [p for p in client.get("/openapi.json").json()["paths"] if "console" in p]
     # Nothing in the page parses strings as HTML or code: every string is set as text (dom.js).
     sources = {name: (STATIC / name).read_text() for name in FILES}
-    assert set(sources) == {"index.html", "console.css", "api.js", "console.js", "dom.js", "progress.js"}
+    assert set(sources) == {"index.html", "console.css", "api.js", "console.js", "dom.js", "progress.js",
+                            "favicon.svg"}
     for name, text in sources.items():
         for sink in ("innerHTML", "outerHTML", "insertAdjacentHTML", "document.write", "eval(", "new Function",
                      "style=", "<script>"):

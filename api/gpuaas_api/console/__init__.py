@@ -16,7 +16,7 @@ from fastapi.responses import RedirectResponse
 
 PREFIX = "/console"
 CONTENT_TYPES = {"html": "text/html; charset=utf-8", "js": "text/javascript; charset=utf-8",
-                 "css": "text/css; charset=utf-8"}
+                 "css": "text/css; charset=utf-8", "svg": "image/svg+xml"}
 # 'self' for scripts, styles and connections; nothing else, not even inline styles or data: images.
 CSP = ("default-src 'none'; script-src 'self'; style-src 'self'; connect-src 'self'; img-src 'self'; "
        "base-uri 'none'; form-action 'none'; frame-ancestors 'none'")

@@ -3,7 +3,7 @@
 // closes). Routes: #/ (the projects this token may read), #/projects/ID, #/instances/ID.
 
 import {Api, Refusal, apiPath} from "./api.js";
-import {ago, badge, duration, el, link, replace, time} from "./dom.js";
+import {ago, badge, duration, el, link, plural, replace, time} from "./dom.js";
 import {Progress, TERMINAL, describe} from "./progress.js";
 
 const TOKEN_KEY = "gpuaas.console.token";
@@ -102,7 +102,7 @@ function projectView(api, projectId, signal) {
 }
 
 function instanceView(api, id, signal) {
-  const state = {instance: null, members: [], ops: new Map(), progress: new Map(), events: [],
+  const state = {instance: null, project: null, members: [], ops: new Map(), progress: new Map(), events: [],
                  filter: null, stream: "connecting", streamDetail: null};
   const parts = {head: el("div"), failure: el("div"), members: el("tbody"), ops: el("tbody"),
                  timeline: el("tbody"), toolbar: el("div", {class: "toolbar"})};
@@ -126,7 +126,8 @@ function instanceView(api, id, signal) {
         el("dt", {}, "reason"), el("dd", {class: "status-reason"}, i.status_reason || "—"),
         el("dt", {}, "app"), el("dd", {}, `${i.app_slug} ${i.app_version}`),
         el("dt", {}, "members"), el("dd", {}, membersSummary(i)),
-        el("dt", {}, "project"), el("dd", {}, link(`#/projects/${encodeURIComponent(i.project_id)}`, i.project_id)),
+        el("dt", {}, "project"), el("dd", {}, el("a", {href: `#/projects/${encodeURIComponent(i.project_id)}`,
+                                                      title: i.project_id}, state.project.name)),
         el("dt", {}, "id"), el("dd", {class: "mono"}, i.id)));
   };
 
@@ -200,7 +201,7 @@ function instanceView(api, id, signal) {
       renderToolbar();
     });
     replace(parts.toolbar,
-      el("span", {class: "muted"}, `${state.events.length} events`),
+      el("span", {class: "muted"}, plural(state.events.length, "event")),
       state.filter ? el("span", {}, "correlation id ", el("code", {class: "filter"}, state.filter)) : null, clear,
       el("span", {class: "stream"}, "stream ", badge(state.stream),
          state.streamDetail ? el("span", {class: "muted"}, ` ${state.streamDetail}`) : null));
@@ -211,6 +212,12 @@ function instanceView(api, id, signal) {
     const instance = await api.get(apiPath`/v1/instances/${id}`, {}, {signal});
     const [members, ops] = await Promise.all([api.pages(apiPath`/v1/instances/${id}/members`, {}, {signal}),
                                               api.pages(apiPath`/v1/instances/${id}/operations`, {}, {signal})]);
+    // The project by its name (read once); a token that may not read the project still sees its id.
+    state.project = state.project || await api.get(apiPath`/v1/projects/${instance.project_id}`, {}, {signal})
+      .catch((error) => {
+        if (error instanceof Refusal && error.status) return {id: instance.project_id, name: instance.project_id};
+        throw error;
+      });
     state.instance = instance;
     state.members = members;
     for (const op of ops) track(op);

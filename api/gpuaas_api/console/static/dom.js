@@ -41,6 +41,11 @@ export function link(hash, ...children) {
   return el("a", {href: hash}, ...children);
 }
 
+// "1 event", "2 events": every count the console prints in words goes through here.
+export function plural(count, one, many = `${one}s`) {
+  return `${count} ${count === 1 ? one : many}`;
+}
+
 export function ago(iso) {
   if (!iso) return "";
   const seconds = Math.max(0, (Date.now() - Date.parse(iso)) / 1000);
