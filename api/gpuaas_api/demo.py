@@ -244,7 +244,7 @@ class Demo:
         key_file = self.state_dir / "signer.pub"
         key_file.write_bytes(self.signing_key.public_pem)
         gpuaas = str(Path(sys.executable).parent / "gpuaas")
-        done = subprocess.run([gpuaas, "apps", "register", str(self.collection()), "--api", self.admin.base_url,
+        done = subprocess.run([gpuaas, "apps", "register", str(self.collection()), "--url", self.admin.base_url,
                                "--workload", f"{OCI_APP}={self.images[image]}", "--signed-by", f"{OCI_APP}={key_file}",
                                "--canary" if canary else "--activate", "--reason", f"demo: image {image}"],
                               env=self.env() | {"GPUAAS_TOKEN": self.admin.token}, capture_output=True, text=True)
