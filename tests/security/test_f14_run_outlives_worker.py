@@ -90,7 +90,7 @@ def test_a_killed_workers_run_ends_and_its_credential_is_refused(oci_demo):
         # The rescuer runs on the killed worker's machine: its sweep proves the run over.
         ended = wait_for(lambda: (lambda o: o if not o["run_may_be_live"] else None)(
             demo.sa.get(f"/v1/operations/{op['id']}")), 30, what="the sweep to prove the run over")
-        assert ended["run_ended_at"] and ended["run_host"], ended
+        assert ended["run_ended_at"] and "run_host" not in ended, ended  # a control-plane machine: not shown
         assert not run_processes(op["id"])
         assert token_status(demo, credential)[0] == 401, "the ended operation's credential still gets tokens"
     finally:
@@ -115,7 +115,7 @@ def test_an_operation_recovered_for_a_worker_on_another_machine_says_its_run_may
         assert [o["status"] for o in service.recover_expired(conn)] == ["canceled"]
         assert service.sweep_runs(conn, "this-machine", lambda _: None) == []
     ended = ops.w.call(SA, "GET", f"/v1/operations/{op['id']}", 200).json()
-    assert (ended["status"], ended["run_host"], ended["run_may_be_live"]) == ("canceled", "far-away", True)
+    assert (ended["status"], ended["run_may_be_live"]) == ("canceled", True), ended
     swept = []
     with ops.database.transaction() as conn:  # a worker on that machine sweeps
         assert [str(i) for i in service.sweep_runs(conn, "far-away", swept.append)] == [op["id"]]

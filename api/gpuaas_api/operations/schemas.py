@@ -63,7 +63,8 @@ class Operation(BaseModel):
     started_at: datetime | None
     finished_at: datetime | None
     updated_at: datetime
-    run_host: str | None = Field(description="the machine that ran the latest attempt (null: none has run)")
+    # The control-plane machine that ran the latest attempt: read here, never shown to API callers.
+    run_host: str | None = Field(None, exclude=True)
     run_ended_at: datetime | None = Field(
         description="when the latest attempt's run was proven over: recorded by its own worker, or found and "
                     "ended by a sweep on its machine after its worker was lost")
