@@ -37,6 +37,78 @@ def bar_colour(page, operation_id: str) -> str:
     return bar.evaluate("bar => getComputedStyle(bar).accentColor")
 
 
+# The argument checks a run starts with (the collection's playbooks and the test app's first play), and
+# the task Ansible adds where a role validates its arguments: folded into one row of the timeline.
+CHECKS = re.compile(r"^(Check the inventory|Refuse --limit|Validating arguments against arg spec)")
+
+
+def task_starts(recorded: list[dict]) -> list[dict]:
+    return [e for e in recorded if e["type"] == "run.task_started"]
+
+
+def timeline_rows(recorded: list[dict]) -> int:
+    """The rows the timeline shows for these events: one per task and host (a task's start and its result
+    are one row), one per play and playbook header, one per lifecycle event, one per host in the recap,
+    and one folded row per run for its argument checks."""
+    starts = task_starts(recorded)
+    checks = [e for e in starts if CHECKS.match(e["payload"]["task"])]
+    plays = [e for e in recorded if e["type"] == "run.play_started"]
+    check_plays = [e for e in plays if CHECKS.match(e["payload"]["play"])]
+    headers = len(plays) - len(check_plays) + sum(e["type"] == "run.playbook_started" for e in recorded)
+    lifecycle = [e for e in recorded if not e["type"].startswith("run.")]
+    recap = sum(len(set().union(*(set(hosts) for hosts in e["payload"].values())))
+                for e in recorded if e["type"] == "run.playbook_stats")
+    runs = len({e["correlation_id"] for e in checks})
+    return len(starts) - len(checks) + headers + len(lifecycle) + recap + runs
+
+
+def the_timeline_reads_as_the_run(page, recorded: list[dict]) -> None:
+    """A succeeded deploy's timeline: results, durations, play names, the recap and the folded checks."""
+    top = ".timeline > tbody > tr"
+    tasks = page.locator(f'{top}[data-type="run.task"]')
+    ends = {(e["payload"]["host"], e["payload"]["task"]): e["payload"] for e in recorded if e["type"] == "run.task_ok"}
+    expected = [(e["payload"]["host"], e["payload"]["task"]) for e in task_starts(recorded)
+                if not CHECKS.match(e["payload"]["task"])]
+    names = rows(page, f"{top}[data-type='run.task']", "data-task")
+    assert list(zip(rows(page, f"{top}[data-type='run.task']", "data-host"), names, strict=True)) == expected[::-1]
+    results = dict(zip(names, tasks.locator("td.result").all_text_contents(), strict=True))
+    for (_, task), payload in ends.items():
+        if not CHECKS.match(task):
+            assert results[task] == ("changed" if payload["changed"] else "ok"), (task, results)
+    assert results["Record the start"] == "changed" and results["Work while the slow file exists"] == "ok"
+    assert results["Fail on purpose"] == "skipped"  # started, and no result: Ansible skipped it (when: false)
+    duration = tasks.filter(has_text="Work while the slow file exists").locator("td.duration").text_content()
+    assert re.fullmatch(r"\d+\.\d\d s|\d+(\.\d)? s|\d+m\d\ds", duration), duration
+    # The play's header names it (and its hosts); the checks' play is in the fold, not a header of its own.
+    plays = [e["payload"] for e in recorded if e["type"] == "run.play_started"]
+    assert [p["play"] for p in plays] == ["Check the inventory and the request", "Operation step"]
+    expect(page.locator(f'{top}[data-type="run.play_started"] td.what')).to_have_text(["play Operation step"])
+    expect(page.locator(f'{top}[data-type="run.play_started"] td.host')).to_have_text(["localhost"])
+    # The recap: each host with its counts, as the run's stats give them.
+    (stats,) = [e["payload"] for e in recorded if e["type"] == "run.playbook_stats"]
+    recap = page.locator(f'{top}[data-type="run.recap"]')
+    expect(recap.locator("td.host")).to_have_text(["localhost"])
+    counts = {key: hosts.get("localhost", 0) for key, hosts in stats.items()}
+    assert counts["changed"] >= 2 and counts["skipped"] >= 1, counts
+    expect(recap.locator("td.what")).to_have_text(
+        f"recap ok={counts['ok']} changed={counts['changed']} unreachable={counts['dark']} "
+        f"failed={counts['failures']} skipped={counts['skipped']} rescued={counts['rescued']} "
+        f"ignored={counts['ignored']}")
+    # The argument checks: one folded row, closed, that opens on the checks' play and task with its result.
+    fold = page.locator(f'{top}[data-type="run.checks"]')
+    expect(fold).to_have_count(1)
+    expect(fold.locator("summary")).to_have_text("argument checks: 1 task, all ok")
+    assert fold.locator("details").evaluate("d => d.open") is False
+    expect(fold.locator('tr[data-type="run.task"] td.what')).to_be_hidden()
+    fold.locator("summary").click()
+    expect(fold.locator('tr[data-type="run.task"] td.what')).to_have_text(["Check the inventory and the request"])
+    expect(fold.locator('tr[data-type="run.task"] td.result')).to_have_text(["ok"])
+    expect(fold.locator('tr[data-type="run.play_started"] td.what')).to_have_text(
+        ["play Check the inventory and the request"])
+    assert not [t for t in page.locator(f"{top}:not([data-type='run.checks']) td.what").all_text_contents()
+                if CHECKS.search(t.removeprefix("play "))]
+
+
 def no_markup_injected(page) -> None:
     assert page.evaluate("window.__pwned") is None
     assert page.locator("main img, main script").count() == 0
@@ -66,7 +138,7 @@ def test_a_deploy_shows_live_and_a_failed_run_names_its_task_and_correlation_id(
 
     # The live instance's page, loaded before anything runs.
     row.locator("a").click()
-    expect(page.locator('.timeline tr[data-type="apps.instance.requested"]')).to_have_count(1)
+    expect(page.locator('.timeline > tbody > tr[data-type="apps.instance.requested"]')).to_have_count(1)
     expect(page.locator(".toolbar .stream .status")).to_have_text("live")
     page.evaluate("window.__loadedOnce = true")
     (live_marker / "slow").touch()  # the playbook waits at one task until this file is gone
@@ -82,6 +154,10 @@ def test_a_deploy_shows_live_and_a_failed_run_names_its_task_and_correlation_id(
     running = op_row.locator("td.tasks").text_content()
     assert re.fullmatch(r"(\d+)/(\d+)", running) and int(running.split("/")[0]) < int(running.split("/")[1])
     expect(page.locator("h1 .status")).to_have_text("starting")
+    # The running task is one row, its result still to come; the page updates that very row.
+    slow_row = page.locator('.timeline > tbody > tr[data-type="run.task"][data-task="Work while the slow file exists"]')
+    expect(slow_row.locator("td.result")).to_have_text("running")
+    slow_row.evaluate("row => { row.__seen = 1; }")
     console.shot("2-deploy-running")
     (live_marker / "slow").unlink()
 
@@ -90,17 +166,18 @@ def test_a_deploy_shows_live_and_a_failed_run_names_its_task_and_correlation_id(
     assert done and done[1] == done[2] and int(done[1]) >= 5, done
     expect(page.locator("h1 .status")).to_have_text("running")
     expect(page.locator("table.members td .status")).to_have_text(["active", "active"])
-    # Every event of the timeline is on the page, newest first, and came over the stream: the page was
-    # not reloaded, and it read the timeline's list once (at load).
-    recorded = [str(e["id"]) for e in events(ops, live["id"])]
-    wait_for(lambda: rows(page, ".timeline tbody tr", "data-event") == recorded[::-1], 15, what="the whole timeline")
-    types = rows(page, ".timeline tbody tr", "data-type")
-    for kind in ("operation.started", "run.task_started", "run.task_ok", "operation.succeeded",
-                 "apps.instance.running"):
-        assert kind in types, types
+    # The timeline, read over the stream (the page was not reloaded, it read the timeline's list once at
+    # load): one row per task and host with its result and duration, play headers, the recap per host,
+    # the argument checks folded into one row, and every lifecycle event a row of its own.
+    recorded = events(ops, live["id"])
+    wait_for(lambda: len(rows(page, ".timeline > tbody > tr", "data-type")) == timeline_rows(recorded), 15,
+             what="one row per task and host")
     assert page.evaluate("window.__loadedOnce") is True
     assert len([u for u in requests if re.search(rf"/v1/instances/{live['id']}/events(\?|$)", u)]) == 1, requests
     assert any(f"/v1/instances/{live['id']}/events/stream" in u for u in requests)
+    the_timeline_reads_as_the_run(page, recorded)
+    # The row of the task that waited was updated in place when its result came.
+    assert slow_row.evaluate("row => row.isConnected && row.__seen === 1") is True
     console.shot("3-deploy-succeeded")
 
     # The failed run: its task, host and message, and the correlation id to search the logs with.
@@ -114,7 +191,7 @@ def test_a_deploy_shows_live_and_a_failed_run_names_its_task_and_correlation_id(
     expect(panel.locator(".error")).to_have_text(f"{failed['error']['code']}: {failed['error']['message']}")
     assert panel.locator(".task-message").text_content() == f"planned failure in deploy {HOSTILE_MESSAGE}"
     assert HOSTILE_MESSAGE in page.locator(".status-reason").text_content()
-    assert any(HOSTILE_MESSAGE in text for text in page.locator(".timeline td.detail").all_text_contents())
+    assert any(HOSTILE_MESSAGE in text for text in page.locator(".timeline .task-message").all_text_contents())
     failed_row = page.locator(f'tr[data-operation="{failed["id"]}"]')
     expect(failed_row).to_have_attribute("data-status", "failed")
     expect(failed_row.locator("td.tasks")).to_have_text(re.compile(r"^(\d+)/\1, 1 failed$"))
@@ -128,7 +205,7 @@ def test_a_deploy_shows_live_and_a_failed_run_names_its_task_and_correlation_id(
     # The correlation id narrows the timeline to the operation's own events.
     failed_row.locator("a.correlation-id").click()
     expect(page.locator(".toolbar code.filter")).to_have_text(failed["correlation_id"])
-    shown = set(page.locator(".timeline tbody tr td:last-child").all_text_contents())
+    shown = set(page.locator(".timeline > tbody > tr > td.cid").all_text_contents())
     assert shown == {failed["correlation_id"]}
     no_markup_injected(page)
     console.shot("4-failure")
@@ -193,7 +270,7 @@ def test_an_instance_page_names_its_project_counts_in_words_and_has_an_icon(ops,
     caplog.set_level(logging.INFO, logger="gpuaas_api.access")  # what the service answered the browser
 
     console.open(ops.w.tokens[SA], f"#/instances/{instance['id']}")
-    expect(page.locator(".timeline tbody tr")).to_have_count(1)
+    expect(page.locator(".timeline > tbody > tr")).to_have_count(1)
     # The project by its name, linking to its page; its id is one hover away.
     project = page.locator(".facts dt:text-is('project') + dd a")
     expect(project).to_have_text("project-a1")
@@ -223,6 +300,41 @@ def test_an_instance_page_names_its_project_counts_in_words_and_has_an_icon(ops,
     assert console.errors == []
 
 
+# A long run, made in the page: a test double of the events of a run of thousands of tasks, which no test
+# here has the time to run. The timeline's own module reads them, as the page feeds it from the stream.
+LONG_RUN = """async ({tasks, limit}) => {
+    const {Timeline} = await import("./timeline.js");
+    const body = document.createElement("tbody");
+    const timeline = new Timeline(body, limit);
+    timeline.load([]);
+    let added = 0, id = 0;
+    new MutationObserver((changes) => changes.forEach((c) => { added += c.addedNodes.length; }))
+      .observe(body, {childList: true});
+    const event = (type, payload) => ({id: ++id, type, payload, correlation_id: "c", occurred_at: null});
+    const hosts = ["h1", "h2", "h3"];
+    timeline.apply(event("run.play_started", {play: "Long", pattern: "all"}));
+    for (let i = 0; i < tasks; i++) {
+      for (const host of hosts) timeline.apply(event("run.task_started", {host, task: `task ${i}`}));
+      for (const host of hosts) timeline.apply(event("run.task_ok", {host, task: `task ${i}`, changed: i % 2 === 1,
+                                                                     duration: 0.5}));
+    }
+    await new Promise((resolve) => setTimeout(resolve, 0));  // the observer's last records
+    const top = body.firstElementChild;
+    return {rows: body.childElementCount, added, events: id, first: [top.dataset.task, top.dataset.host,
+            top.querySelector("td.result").textContent, top.querySelector("td.duration").textContent]};
+}"""
+
+
+def test_a_long_timeline_costs_one_row_per_event_and_keeps_its_newest_rows(console):
+    console.page.goto(f"{console.url}/console/")
+    result = console.page.evaluate(LONG_RUN, {"tasks": 1000, "limit": 500})
+    # 6,001 events, 3,001 rows of which the newest 500 are on the page; each event added at most one row.
+    assert result["rows"] == 500 and result["events"] == 6001, result
+    assert result["added"] == 3001, result
+    assert result["first"] == ["task 999", "h3", "changed", "0.50 s"], result
+    assert console.errors == []
+
+
 def test_the_console_is_static_same_origin_and_not_in_the_schema():
     client = TestClient(create_app())
     for path in ["/console/", *(f"/console/{name}" for name in FILES)]:
@@ -236,7 +348,7 @@ def test_the_console_is_static_same_origin_and_not_in_the_schema():
     assert not [p for p in client.get("/openapi.json").json()["paths"] if "console" in p]
     # Nothing in the page parses strings as HTML or code: every string is set as text (dom.js).
     sources = {name: (STATIC / name).read_text() for name in FILES}
-    assert set(sources) == {"index.html", "console.css", "api.js", "console.js", "dom.js", "progress.js",
+    assert set(sources) == {"index.html", "console.css", "api.js", "console.js", "dom.js", "progress.js", "timeline.js",
                             "favicon.svg"}
     for name, text in sources.items():
         for sink in ("innerHTML", "outerHTML", "insertAdjacentHTML", "document.write", "eval(", "new Function",

@@ -4,7 +4,8 @@
 
 import {Api, Refusal, apiPath} from "./api.js";
 import {ago, badge, duration, el, link, plural, replace, time} from "./dom.js";
-import {Progress, TERMINAL, describe} from "./progress.js";
+import {Progress, TERMINAL} from "./progress.js";
+import {Timeline} from "./timeline.js";
 
 const TOKEN_KEY = "gpuaas.console.token";
 const TIMELINE_ROWS = 500;  // the newest rows shown; the whole timeline is one `gpuaas events tail` away
@@ -183,15 +184,9 @@ function instanceView(api, id, signal) {
          el("code", {}, `jq -cR 'fromjson? | select(.correlation_id == "${cid}")'`))));
   };
 
-  const eventRow = (event, fresh) => el("tr", {class: [fresh ? "fresh" : "", event.type.endsWith("failed")
-      || event.type === "run.host_unreachable" ? "event-failed" : ""].join(" ").trim() || null,
-    "data-event": event.id, "data-type": event.type},
-    el("td", {class: "mono"}, event.id), el("td", {}, time(event.occurred_at)), el("td", {class: "type"}, event.type),
-    el("td", {class: "detail"}, describe(event)), el("td", {class: "cid mono muted"}, event.correlation_id));
-
-  const shown = () => state.events.filter((e) => !state.filter || e.correlation_id === state.filter)
-    .slice(-TIMELINE_ROWS).reverse();
-  const renderTimeline = () => replace(parts.timeline, shown().map((e) => eventRow(e, false)));
+  const timeline = new Timeline(parts.timeline, TIMELINE_ROWS);
+  const renderTimeline = () => timeline.load(state.filter
+    ? state.events.filter((e) => e.correlation_id === state.filter) : state.events);
 
   const renderToolbar = () => {
     const clear = state.filter ? el("button", {type: "button"}, "Show all events") : null;
@@ -237,10 +232,7 @@ function instanceView(api, id, signal) {
     if (state.events.length && event.id <= state.events[state.events.length - 1].id) return;
     state.events.push(event);
     for (const p of state.progress.values()) p.apply(event);
-    if (!state.filter || event.correlation_id === state.filter) {
-      parts.timeline.prepend(eventRow(event, true));
-      while (parts.timeline.childElementCount > TIMELINE_ROWS) parts.timeline.lastElementChild.remove();
-    }
+    if (!state.filter || event.correlation_id === state.filter) timeline.apply(event);
     if (!event.type.startsWith("run.") || event.type === "run.task_failed") refreshSoon();
     renderOps();
     renderToolbar();
@@ -275,7 +267,7 @@ function instanceView(api, id, signal) {
                                       "Error", "Correlation id"].map((h) => el("th", {}, h)))),
         parts.ops)),
       el("section", {}, el("h2", {}, "Timeline"), parts.toolbar, el("table", {class: "timeline"},
-        el("thead", {}, el("tr", {}, ["Event", "Time (UTC)", "Type", "Details", "Correlation id"]
+        el("thead", {}, el("tr", {}, ["Event", "Time (UTC)", "Host", "What", "Result", "Duration", "Correlation id"]
           .map((h) => el("th", {}, h)))),
         parts.timeline)));
     const last = state.events.length ? state.events[state.events.length - 1].id : 0;
