@@ -71,6 +71,10 @@ class Targets(Strict):
     members: VariableName | None = None
     old: VariableName | None = None
     new: VariableName | None = None
+    unreachable: VariableName | None = Field(
+        default=None, description="the leaving targets (member_remove's members, member_replace's old) whose "
+        "hosts the platform's last health check found unreachable: the playbook must not connect to them, and "
+        "must make the rest of the instance forget them. Set by the platform alone, never by a tenant")
 
 
 class SecretSpec(Strict):
@@ -81,12 +85,19 @@ class SecretSpec(Strict):
 
 
 class StatusSpec(Strict):
-    """Refresh runs `module` on the hosts of `role` with `options` and `members` (the node names of the
-    members of `member_roles`); the module returns `member_states`: node name -> active | draining |
-    drained | failed. A member it does not name is failed."""
+    """The status read-back, which refresh and the scheduled health check run: `module` on the hosts of
+    `role` (the instance's view of every member) and of `host_roles` (each answering for the members on
+    it alone: a dead daemon the view cannot see yet), with `options` (templated per host) and `members`
+    (the node names of the members of `member_roles`). The module returns `member_states`: node name ->
+    active | draining | drained | failed, for the members it judges, and `member_details`: node name ->
+    the runtime detail of that member (at most 16 scalar values; `reason` says why a member is failed).
+    A member no host names is failed; a member on an unreachable host is failed; `failed` from any host
+    wins, otherwise the view of `role` decides."""
     module: ContentName
     role: RoleName
     member_roles: list[RoleName] = Field(default_factory=list, description="default: every role")
+    host_roles: list[RoleName] = Field(default_factory=list, description="roles whose hosts also run the "
+                                       "module, each answering for its own members")
     options: dict[VariableName, str | int | bool] = Field(default_factory=dict,
                                                          description="further module options, set by the catalog")
 
@@ -107,7 +118,8 @@ class WorkloadSpec(Strict):
 
 
 class HealthSpec(Strict):
-    proof: ShortText = Field(description="what a successful deploy proves about the app, shown on its healthy event")
+    proof: ShortText | None = Field(default=None, description="what a successful deploy proves about the app "
+                                    "(documentation: healthy events come from the health check alone)")
 
 
 class AdapterSpec(Strict):
@@ -126,6 +138,10 @@ class AdapterSpec(Strict):
     workload: WorkloadSpec | None = Field(default=None, description="the artifact each version pins for the "
                                           "app to run (e.g. its OCI image); none for apps that are only a collection")
     health: HealthSpec | None = None
+    cleanup: ContentName | None = Field(
+        default=None, description="the playbook that cleans a host a forced removal left behind (its host was "
+        "unreachable), run once the host answers again: only that host is in the inventory, in its role's "
+        "groups, its node name in targets.members")
     compatibility: Compatibility | None = Field(default=None, description="the version's default compatibility")
 
     @model_validator(mode="after")
@@ -144,7 +160,7 @@ class AdapterSpec(Strict):
             if lacking:
                 problems.append(f"action {kind} needs targets.{' and targets.'.join(lacking)}")
         if self.status:
-            for role in [self.status.role, *self.status.member_roles]:
+            for role in [self.status.role, *self.status.member_roles, *self.status.host_roles]:
                 if role not in names:
                     problems.append(f"status names role {role!r}, which is not in roles")
         platform_vars = self.platform_variables()
@@ -176,6 +192,7 @@ class AdapterSpec(Strict):
             return [f"actions.deploy {deploy!r} is in Ansible's own namespace, not in an app's collection"]
         named = [(f"actions.{kind}", name) for kind, name in self.actions.items()]
         named += [("status.module", self.status.module)] if self.status else []
+        named += [("cleanup", self.cleanup)] if self.cleanup else []
         return [f"{where} {name!r} is not in the app's collection ({collection}, which actions.deploy names)"
                 for where, name in named if name.rpartition(".")[0] != collection]
 
