@@ -18,6 +18,7 @@ from __future__ import absolute_import, division, print_function
 __metaclass__ = type
 
 import itertools
+import os
 import re
 
 # A field of a `scontrol show -o` line starts with a capitalised key directly followed by "=", at the
@@ -279,3 +280,28 @@ def expand_hostlist(hostlist):
         choices = [[p] if i % 2 == 0 else _expand_range(p) for i, p in enumerate(pieces)]
         hosts.extend("".join(combo) for combo in itertools.product(*choices))
     return hosts
+
+
+# ---- this host's daemons --------------------------------------------------------------------------
+def running_daemons(names, proc_root="/proc"):
+    """{name: [pids]} of the processes of ``names`` (their ``comm``) alive on this host, read from /proc:
+    no systemd, no controller. A zombie (state Z) or a process that ends while it is read does not count."""
+    found = dict((name, []) for name in names)
+    try:
+        entries = os.listdir(proc_root)
+    except OSError:
+        return found
+    for entry in entries:
+        if not entry.isdigit():
+            continue
+        try:
+            with open(os.path.join(proc_root, entry, "stat")) as stat:
+                line = stat.read()
+        except (IOError, OSError):
+            continue  # ended meanwhile
+        # "<pid> (<comm>) <state> ...": comm may hold spaces and parentheses, so split at the last ')'.
+        head, _, tail = line.rpartition(")")
+        comm = head.partition("(")[2]
+        if comm in found and tail.split()[:1] != ["Z"]:
+            found[comm].append(int(entry))
+    return found

@@ -15,8 +15,13 @@ description:
   - Reads C(scontrol show config), C(scontrol show -o partition), C(scontrol show -o node) and C(squeue)
     and returns the cluster as structured data. Changes nothing.
   - With O(members), also returns RV(member_states), each member's state in the platform's words, so the
-    control service maps no Slurm state itself.
-  - Written for Slurm 22.05 (Debian 12); run it where C(scontrol) reaches the controller.
+    control service maps no Slurm state itself, and RV(member_details), the runtime detail it stores and shows.
+  - With O(view=self) it judges only the member on the host it runs on (O(node)), from that host alone:
+    failed when C(slurmd) or C(munged) does not run there (read from C(/proc), no systemd needed), active
+    otherwise. It does not call the controller, which notices a dead C(slurmd) only after C(SlurmdTimeout)
+    (300 s by default).
+  - Written for Slurm 22.05 (Debian 12); with O(view=cluster) run it where C(scontrol) reaches the controller.
+    When the controller does not answer, it fails with one line that says so.
 author:
   - gpuaas.apps developers (@gpuaas)
 options:
@@ -32,6 +37,21 @@ options:
         by default).
     type: list
     elements: str
+  view:
+    description:
+      - V(cluster) judges every member of O(members) from the controller's view (C(scontrol)); when O(node) is
+        one of them (a worker placed on the controller's host), that member is also judged from this host's own
+        daemons, and a failure there wins.
+      - V(self) judges only O(node), from this host alone; the cluster is not read and only RV(view),
+        RV(member_states) and RV(member_details) are returned.
+    type: str
+    choices: [cluster, self]
+    default: cluster
+  node:
+    description:
+      - The member on the host the module runs on, as O(members) names it (the platform passes the inventory
+        host name). Required with O(view=self).
+    type: str
 extends_documentation_fragment:
   - gpuaas.apps.attributes.read_only
 """
@@ -53,22 +73,31 @@ EXAMPLES = r"""
 - name: Fail unless every member is active
   ansible.builtin.assert:
     that: slurm.member_states.values() | reject('eq', 'active') | list | length == 0
+
+# As the platform's health check runs it on the controller and on every worker: the controller judges every
+# member from slurmctld, each worker only itself, from its own daemons.
+- name: Judge the members
+  gpuaas.apps.slurm_info:
+    view: "{{ 'cluster' if 'slurm_controller' in group_names else 'self' }}"
+    node: "{{ inventory_hostname }}"
+    members: [gpu07, gpu08]
+  register: health
 """
 
 RETURN = r"""
 cluster:
   description: C(ClusterName).
-  returned: always
+  returned: with O(view=cluster)
   type: str
   sample: gpuaas-1234
 slurm_version:
   description: Version of the controller's configuration (C(SLURM_VERSION)).
-  returned: always
+  returned: with O(view=cluster)
   type: str
   sample: 22.05.8
 partitions:
   description: The partitions.
-  returned: always
+  returned: with O(view=cluster)
   type: list
   elements: dict
   contains:
@@ -95,7 +124,7 @@ partitions:
     - {name: gpu, nodes: [gpu01, gpu02], state: UP, default: true, max_time: "1-00:00:00", total_cpus: 4}
 nodes:
   description: The nodes.
-  returned: always
+  returned: with O(view=cluster)
   type: list
   elements: dict
   contains:
@@ -137,19 +166,44 @@ nodes:
   sample:
     - {name: gpu01, state: IDLE, cpus: 2, real_memory: 1000, gres: "gpu:2", features: [a100],
        reason: "", reason_owner: null, partitions: [gpu], running_jobs: 0, drained: false}
+view:
+  description: The O(view) the members were judged from.
+  returned: always
+  type: str
+  sample: cluster
 member_states:
   description:
-    - Each member of O(members) (the host name as given) and its state, one of V(active), V(draining),
-      V(drained), V(failed), from its Slurm node's state. First match wins.
+    - Each member this host judges (the name as given) and its state, one of V(active), V(draining),
+      V(drained), V(failed). With O(view=cluster) every member of O(members), from its Slurm node's state (first
+      match wins); with O(view=self) only O(node).
     - V(failed) for DOWN, FAIL or NOT_RESPONDING (sinfo's C(*)); V(drained) for DRAIN while IDLE with nothing
       running; V(draining) for any other DRAIN; V(active) for IDLE, MIXED, ALLOCATED, COMPLETING; V(failed)
       for a node Slurm does not know and for any other state.
-  returned: when O(members) is given
+    - V(failed) for O(node) when C(slurmd) or C(munged) does not run on this host, whatever the controller says.
+  returned: when O(members) is given, or with O(view=self)
   type: dict
   sample: {gpu01.example.org: active, gpu02.example.org: drained, gpu03.example.org: failed}
+member_details:
+  description:
+    - For each member of RV(member_states), what the platform stores and shows: at most 16 scalar values,
+      strings cut to 200 characters.
+    - C(view) (V(cluster) or V(self)); C(reason), for a failed member one line saying why (C(node w1 is
+      DOWN+NOT_RESPONDING: Not responding), C(slurmd is not running on w1)), otherwise Slurm's reason or null.
+    - From the controller: C(slurm_state) (as C(scontrol) prints it, null for a node Slurm does not know),
+      C(reason_owner), C(running_jobs), C(cpus), C(real_memory), C(gres), C(features) and C(partitions)
+      (comma-separated).
+    - From the member's own host: C(slurmd_running) and C(munged_running).
+  returned: when RV(member_states) is
+  type: dict
+  sample:
+    gpu01: {view: cluster, slurm_state: MIXED, reason: null, reason_owner: null, running_jobs: 2, cpus: 2,
+            real_memory: 1000, gres: "gpu:2", features: "a100", partitions: "gpu,debug"}
+    gpu03: {view: self, slurmd_running: false, munged_running: true, reason: slurmd is not running on gpu03}
 """
 
-from ansible.module_utils.basic import AnsibleModule  # noqa: E402 - Ansible modules import after their docs
+import platform  # noqa: E402 - Ansible modules import after their docs
+
+from ansible.module_utils.basic import AnsibleModule  # noqa: E402
 from ansible_collections.gpuaas.apps.plugins.module_utils.slurm import (  # noqa: E402
     RUNNING_JOB_STATES,
     SlurmError,
@@ -162,7 +216,11 @@ from ansible_collections.gpuaas.apps.plugins.module_utils.slurm import (  # noqa
     parse_nodes,
     parse_parsable,
     parse_partitions,
+    running_daemons,
 )
+
+# Where this host's processes are read (a test points it at a fake layout).
+PROC_ROOT = "/proc"
 
 
 def _split_list(value):
@@ -214,14 +272,88 @@ def node_info(fields, job_ids):
     }
 
 
+# Details are what the platform stores and shows per member: at most 16 scalar values, strings of at most 200
+# characters.
+DETAIL_MAX_CHARS = 200
+# The daemons a worker needs on its own host: slurmd, and munged to authenticate it.
+WORKER_DAEMONS = ("slurmd", "munged")
+# scontrol's words when slurmctld does not answer (refused, timed out, unknown host).
+_NO_CONTROLLER = ("Unable to contact slurm controller", "connect failure", "Socket timed out", "Connection refused",
+                  "Zero Bytes were transmitted or received")
+
+
+def _detail(value):
+    if isinstance(value, str) and len(value) > DETAIL_MAX_CHARS:
+        return value[:DETAIL_MAX_CHARS - 3] + "..."
+    return value
+
+
+def _one_line(text):
+    return " ".join((text or "").split())
+
+
+def cluster_judgement(member, node):
+    """(state, details) of one member as slurmctld sees it; ``node`` is its node_info() entry or None."""
+    name = node_name_of(member)
+    if node is None:
+        return "failed", {"view": "cluster", "slurm_state": None,
+                          "reason": "node %s is not in the Slurm cluster (scontrol does not know it)" % name}
+    state = member_state(node["state"], node["running_jobs"])
+    reason = node["reason"] or None
+    if state == "failed":
+        said = ": " + node["reason"] if node["reason"] else ""
+        reason = "node %s is %s%s" % (name, node["state"] or "in no state", said)
+    details = {
+        "view": "cluster",
+        "slurm_state": node["state"],
+        "reason": reason,
+        "reason_owner": node["reason_owner"],
+        "running_jobs": node["running_jobs"],
+        "cpus": node["cpus"],
+        "real_memory": node["real_memory"],
+        "gres": node["gres"],
+        "features": ",".join(node["features"]),
+        "partitions": ",".join(node["partitions"]),
+    }
+    return state, details
+
+
+def self_judgement(node, proc_root):
+    """(state, details) of the member on this host, from this host alone: failed when slurmd or munged does not
+    run here (slurmctld would notice a dead slurmd only after SlurmdTimeout), active otherwise."""
+    pids = running_daemons(WORKER_DAEMONS, proc_root)
+    dead = [daemon for daemon in WORKER_DAEMONS if not pids[daemon]]
+    details = {"view": "self", "slurmd_running": bool(pids["slurmd"]), "munged_running": bool(pids["munged"])}
+    if not dead:
+        return "active", details
+    details["reason"] = "%s %s not running on %s" % (" and ".join(dead), "is" if len(dead) == 1 else "are", node)
+    return "failed", details
+
+
+def judge(view, members, node, nodes, proc_root):
+    """({member: state}, {member: details}) for the members this host judges.
+
+    ``cluster``: every member, from slurmctld's ``nodes``; and the member on this host (``node``, a worker placed
+    on the controller's host), if any, also from this host's own daemons, where a failure wins. ``self``: only
+    ``node``, from this host alone (when it is a member, or when no members are named)."""
+    states, details = {}, {}
+    if view == "cluster":
+        by_name = dict((n["name"], n) for n in nodes)
+        for member in members:
+            states[member], details[member] = cluster_judgement(member, by_name.get(node_name_of(member)))
+    if node and (node in members or (view == "self" and not members)):
+        state, local = self_judgement(node, proc_root)
+        if view == "self" or state == "failed":
+            states[node] = state
+            details[node] = dict(details.get(node, {}), **local)
+        else:
+            details[node].update((k, v) for k, v in local.items() if k != "view")
+    return states, dict((m, dict((k, _detail(v)) for k, v in d.items())) for m, d in details.items())
+
+
 def member_states(members, nodes):
-    """{member: state in the platform's words} for each inventory host name, from node_info() entries."""
-    by_name = dict((n["name"], n) for n in nodes)
-    states = {}
-    for member in members:
-        node = by_name.get(node_name_of(member))
-        states[member] = member_state(node["state"], node["running_jobs"]) if node else member_state(None)
-    return states
+    """{member: state in the platform's words} for each member name, from node_info() entries."""
+    return judge("cluster", members, None, nodes, None)[0]
 
 
 def gather(runner):
@@ -238,19 +370,40 @@ def gather(runner):
     }
 
 
+def failure_message(error, host):
+    """One line for fail_json; the platform records it as the control plane's failure."""
+    said = _one_line(error.stderr or error.stdout)
+    if any(words in said for words in _NO_CONTROLLER):
+        return "slurmctld does not answer (scontrol on %s: %s)" % (host, said or "rc=%s" % error.rc)
+    return _one_line(str(error))
+
+
 def main():
     module = AnsibleModule(
-        argument_spec=dict(slurm_conf=dict(type="path"), members=dict(type="list", elements="str")),
+        argument_spec=dict(
+            slurm_conf=dict(type="path"),
+            members=dict(type="list", elements="str"),
+            view=dict(type="str", choices=["cluster", "self"], default="cluster"),
+            node=dict(type="str"),
+        ),
+        required_if=[("view", "self", ["node"])],
         supports_check_mode=True,
     )
+    params = module.params
+    members = None if params["members"] is None else [m.strip() for m in params["members"] if m.strip()]
+    node = (params["node"] or "").strip() or None
+    if params["view"] == "self":
+        states, details = judge("self", members or [], node, [], PROC_ROOT)
+        module.exit_json(changed=False, view="self", member_states=states, member_details=details)
     try:
-        info = gather(SlurmRunner(module, module.params["slurm_conf"]))
-        if module.params["members"] is not None:
-            members = [m.strip() for m in module.params["members"] if m.strip()]
-            info["member_states"] = member_states(members, info["nodes"])
-        module.exit_json(changed=False, **info)
+        info = gather(SlurmRunner(module, params["slurm_conf"]))
     except SlurmError as error:
-        module.fail_json(msg=str(error), rc=error.rc, stdout=error.stdout, stderr=error.stderr)
+        module.fail_json(msg=failure_message(error, node or platform.node()), rc=error.rc, stdout=error.stdout,
+                         stderr=error.stderr)
+    info["view"] = "cluster"
+    if members is not None:
+        info["member_states"], info["member_details"] = judge("cluster", members, node, info["nodes"], PROC_ROOT)
+    module.exit_json(changed=False, **info)
 
 
 if __name__ == "__main__":
