@@ -124,6 +124,13 @@ class GpuaasSettings(BaseSettings):
     max_attempts: int = Field(3, ge=1)
     poll_seconds: float = Field(1.0, gt=0, validation_alias=_env("GPUAAS_WORKER_POLL_SECONDS", "poll_seconds"))
     worker_concurrency: int = Field(1, ge=1)
+    # Day-2 health (health/): every running instance's status read-back runs every health_interval_seconds,
+    # on health_concurrency threads of each worker apart from its operation slots (0: this worker runs no
+    # checks); a check gets health_timeout_seconds, a host health_connect_timeout_seconds to answer SSH.
+    health_interval_seconds: float = Field(20.0, gt=0)
+    health_concurrency: int = Field(2, ge=0)
+    health_timeout_seconds: float = Field(30.0, gt=0)
+    health_connect_timeout_seconds: int = Field(5, ge=1)
     # Per-project quota on queued + running operations (0: none); more is refused with 429.
     max_open_operations_per_project: int = Field(50, ge=0)
     # Per-kind run timeouts in seconds; the environment overrides single kinds: "deploy=7200,refresh=60".
@@ -378,6 +385,10 @@ class OperationSettings:
     pull_credential_registries: frozenset[str] = _from_model("pull_credential_registries")
     worker_metrics_port: int | None = _from_model("worker_metrics_port")
     worker_metrics_host: str = _from_model("worker_metrics_host")
+    health_interval_seconds: float = _from_model("health_interval_seconds")
+    health_concurrency: int = _from_model("health_concurrency")
+    health_timeout_seconds: float = _from_model("health_timeout_seconds")
+    health_connect_timeout_seconds: int = _from_model("health_connect_timeout_seconds")
 
     @classmethod
     def from_model(cls, model: GpuaasSettings, **overrides: Any) -> OperationSettings:

@@ -9,11 +9,14 @@ from __future__ import annotations
 
 import logging
 import re
-from collections.abc import Iterator
+import threading
+import time
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
 from importlib import resources
 from pathlib import Path
+from typing import TypeVar
 
 import psycopg
 from psycopg.rows import dict_row
@@ -23,6 +26,7 @@ from .config import Settings
 from .embedded_db import EmbeddedPostgres
 
 log = logging.getLogger(__name__)
+T = TypeVar("T")
 
 MIGRATION_NAME = re.compile(r"^(\d{4})_([a-z0-9_]+)\.sql$")
 # Any constant works; it only has to be the same for every process that migrates this database.
@@ -163,3 +167,21 @@ class Database:
         `timeout` overrides the pool's wait for a connection."""
         with self.pool.connection(timeout=timeout) as conn:
             yield conn
+
+
+def retrying(db: Database, what: str, work: Callable[[psycopg.Connection], T],
+             stop: threading.Event | None = None) -> T:
+    """work(conn) in one transaction, run again while the database is unreachable (a restart must not
+    fail a run) until it commits; re-raises once `stop` is set. Only for work that is safe to
+    repeat: a rolled-back attempt left nothing behind."""
+    delay = 0.2
+    while True:
+        try:
+            with db.transaction() as conn:
+                return work(conn)
+        except psycopg.OperationalError as exc:
+            if stop is not None and stop.is_set():
+                raise
+            log.warning("%s: database unavailable (%s); retrying in %.1f s", what, type(exc).__name__, delay)
+            time.sleep(delay)
+            delay = min(delay * 2, 2.0)

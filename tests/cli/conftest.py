@@ -27,7 +27,9 @@ def op_settings(tmp_path) -> OperationSettings:
     # 3 s lease can expire on a loaded machine (new attempts are the queue tests' subject).
     return OperationSettings(state_dir=tmp_path / "state", ssh_private_key_file=None, ssh_host_key_checking=False,
                              secret_key=Fernet.generate_key().decode(), lease_seconds=30, max_attempts=2,
-                             poll_seconds=0.2, timeouts=dict(DEFAULT_OPERATION_TIMEOUTS))
+                             poll_seconds=0.2, timeouts=dict(DEFAULT_OPERATION_TIMEOUTS),
+                             # statuses follow the runs alone here; the health check has tests of its own
+                             health_concurrency=0)
 
 GPUAAS = str(Path(sys.executable).parent / "gpuaas")
 

@@ -113,7 +113,9 @@ def registered_elsewhere(conn: psycopg.Connection, tenant_id: UUID, hosts: list[
 def busy_hosts(conn: psycopg.Connection, allocation_ids: list[UUID], *, instance_id: UUID | None,
                shares_hosts: bool) -> set[tuple[UUID, str]]:
     """(allocation_id, host_name) of the given allocations whose address a live member of another
-    instance holds, unless both that instance's version and ours share hosts. Call lock_hosts first."""
+    instance holds, unless both that instance's version and ours share hosts, or whose host waits for
+    the cleanup of a member removed while it was unreachable (that cleanup would tear down whatever a
+    new member set up there). Call lock_hosts first."""
     rows = conn.execute(
         f"""WITH bound AS (
                 SELECT DISTINCT x.address, x.port FROM app_instance_members m
@@ -121,7 +123,11 @@ def busy_hosts(conn: psycopg.Connection, allocation_ids: list[UUID], *, instance
                   JOIN app_versions v ON v.id = i.app_version_id
                   JOIN ({_HOSTS}) x ON x.allocation_id = m.allocation_id AND x.host_name = m.host_name
                  WHERE m.status <> 'removed' AND m.instance_id IS DISTINCT FROM %(self)s
-                   AND NOT (%(shares)s AND coalesce((v.compatibility->>'shares_hosts')::boolean, false)))
+                   AND NOT (%(shares)s AND coalesce((v.compatibility->>'shares_hosts')::boolean, false))
+                UNION
+                SELECT x.address, x.port FROM host_cleanups c
+                  JOIN ({_HOSTS}) x ON x.allocation_id = c.allocation_id AND x.host_name = c.host_name
+                 WHERE c.status = 'pending')
             SELECT x.allocation_id, x.host_name FROM ({_HOSTS}) x JOIN bound b USING (address, port)
              WHERE x.allocation_id = ANY(%(ids)s)""",  # noqa: S608 - constant SQL
         {"self": instance_id, "shares": shares_hosts, "ids": allocation_ids}).fetchall()

@@ -24,6 +24,7 @@ from ..catalog.adapter import AdapterSpec, stored_spec
 from ..catalog.service import get_version_by_id, workload_image
 from ..config import OperationSettings
 from ..errors import unprocessable
+from ..health.verdict import HostAnswer, MemberView, Verdict, judge
 from ..instances import inventory
 from ..registry import credentials
 from ..secrets import service as secrets
@@ -31,6 +32,8 @@ from ..secrets import service as secrets
 # Members that take part in a run: live ones, plus the operation's own targets (a joining or a
 # leaving member), plus every non-removed member for a decommission (tear down all of it).
 LIVE = ("joining", "active", "draining", "drained", "removing")
+# The target that names the members an operation kind takes out of the instance.
+LEAVING_TARGET = {"member_remove": "members", "member_replace": "old"}
 
 
 @dataclass
@@ -46,8 +49,14 @@ class RunPlan:
     module: str | None = None
     module_args: str = ""
     host_pattern: str = ""
-    # refresh: which member each node name stands for
+    # refresh: which member each node name stands for, the hosts of the status role (the instance's view)
+    # and every host the module runs on
     node_members: dict[str, str] = field(default_factory=dict)
+    view_hosts: list[str] = field(default_factory=list)
+    checked_hosts: list[str] = field(default_factory=list)
+    member_views: list[MemberView] = field(default_factory=list)
+    # member_remove, member_replace: the ids of the leaving targets the run is told to leave alone
+    forced: list[str] = field(default_factory=list)
     secret_strings: list[str] = field(default_factory=list, repr=False)
 
 
@@ -58,17 +67,23 @@ def _targets(op: dict, by_id: dict) -> dict[str, list[str]]:
             for name, ids in targets.items()}
 
 
+def _members(conn: psycopg.Connection, instance_id: UUID, statuses: list[str], also: list) -> list[dict]:
+    return conn.execute(
+        """SELECT m.*, (SELECT h FROM jsonb_array_elements(al.hosts) h WHERE h->>'name' = m.host_name LIMIT 1) AS host
+             FROM app_instance_members m JOIN allocations al ON al.id = m.allocation_id
+            WHERE m.instance_id = %s AND m.status <> 'removed' AND (m.status = ANY(%s) OR m.id = ANY(%s))
+            ORDER BY m.seq""", (instance_id, statuses, also)).fetchall()
+
+
 def build(conn: psycopg.Connection, settings: OperationSettings, op: dict, instance: dict) -> RunPlan:
     target_version = op["params"].get("target_version_id")
     version = get_version_by_id(conn, UUID(target_version) if target_version else instance["app_version_id"])
     spec = stored_spec(version)
     kind = op["kind"]
+    if kind == "refresh":
+        return status_plan(conn, settings, instance)
     statuses = list(LIVE) + (["pending", "failed"] if kind == "decommission" else [])
-    members = conn.execute(
-        """SELECT m.*, (SELECT h FROM jsonb_array_elements(al.hosts) h WHERE h->>'name' = m.host_name LIMIT 1) AS host
-             FROM app_instance_members m JOIN allocations al ON al.id = m.allocation_id
-            WHERE m.instance_id = %s AND m.status <> 'removed' AND (m.status = ANY(%s) OR m.id = ANY(%s))
-            ORDER BY m.seq""", (instance["id"], statuses, op["member_ids"])).fetchall()
+    members = _members(conn, instance["id"], statuses, op["member_ids"])
     run_inventory = _inventory(settings, spec, instance, members)
     tenant_vars = (instance["parameters"] or {}) | (op["params"].get("request", {}).get("parameters", {})
                                                     if kind == "reconfigure" else {})
@@ -79,21 +94,16 @@ def build(conn: psycopg.Connection, settings: OperationSettings, op: dict, insta
         extravars[spec.workload.variable] = workload_image(version)
         if spec.workload.signer_key_variable and version["workload_signer_public_key"]:
             extravars[spec.workload.signer_key_variable] = version["workload_signer_public_key"]
+    by_id = {m["id"]: m for m in members}
     extravars |= {getattr(spec.targets, name): ",".join(nodes)
-                  for name, nodes in _targets(op, {m["id"]: m for m in members}).items()
+                  for name, nodes in _targets(op, by_id).items()
                   if getattr(spec.targets, name, None) and nodes}
+    unreachable = unreachable_targets(op, by_id) if spec.targets.unreachable else []
+    if unreachable:
+        extravars[spec.targets.unreachable] = ",".join(m["node_name"] for m in unreachable)
     plan = RunPlan(kind=kind, inventory=run_inventory, extravars=extravars, secret_vars={},
-                   content_digest=version["artifact_digest"] if version["artifact_kind"] == "collection" else None)
-    if kind == "refresh":
-        if spec.status is None:
-            raise unprocessable("no_status_module", "the app version's adapter spec declares no status read-back")
-        member_roles = set(spec.status.member_roles)
-        plan.node_members = {m["node_name"]: str(m["id"]) for m in members
-                             if not member_roles or m["role"] in member_roles}
-        plan.module = spec.status.module
-        plan.module_args = json.dumps(spec.status.options | {"members": list(plan.node_members)})
-        plan.host_pattern = ":".join(spec.role(spec.status.role).inventory_groups())
-        return plan
+                   content_digest=version["artifact_digest"] if version["artifact_kind"] == "collection" else None,
+                   forced=[str(m["id"]) for m in unreachable])
     plan.playbook = spec.actions.get(kind)
     if plan.playbook is None:
         raise unprocessable("no_playbook", f"the app version's adapter names no playbook for {kind}")
@@ -111,9 +121,61 @@ def build(conn: psycopg.Connection, settings: OperationSettings, op: dict, insta
     return plan
 
 
+def unreachable_targets(op: dict, by_id: dict) -> list[dict]:
+    """The leaving targets (member_remove's members, member_replace's old) that are failed with a host the
+    platform's last health check could not reach: the run is told to leave those hosts alone. The
+    platform decides this from its own record; no request can ask for it."""
+    if op["kind"] not in LEAVING_TARGET:
+        return []
+    leaving = [by_id.get(UUID(str(m))) for m in (op["params"].get("targets") or {}).get(LEAVING_TARGET[op["kind"]], [])]
+    return [m for m in leaving if m and m["status"] in ("failed", "removing")
+            and (m["runtime"] or {}).get("reachable") is False]
+
+
+def status_plan(conn: psycopg.Connection, settings: OperationSettings, instance: dict) -> RunPlan:
+    """The status read-back (refresh and the health check): the adapter's status module on the hosts of
+    its status role and host roles, asked about the live and failed members of its member roles."""
+    version = get_version_by_id(conn, instance["app_version_id"])
+    spec = stored_spec(version)
+    if spec.status is None:
+        raise unprocessable("no_status_module", "the app version's adapter spec declares no status read-back")
+    members = _members(conn, instance["id"], list(LIVE) + ["failed"], [])
+    plan = RunPlan(kind="refresh", inventory=_inventory(settings, spec, instance, members), extravars={},
+                   secret_vars={},
+                   content_digest=version["artifact_digest"] if version["artifact_kind"] == "collection" else None)
+    member_roles = set(spec.status.member_roles)
+    plan.node_members = {m["node_name"]: str(m["id"]) for m in members
+                         if not member_roles or m["role"] in member_roles}
+    plan.module = spec.status.module
+    plan.module_args = json.dumps(spec.status.options | {"members": list(plan.node_members)})
+    roles = [spec.status.role, *spec.status.host_roles]
+    plan.host_pattern = ":".join(dict.fromkeys(g for r in roles for g in spec.role(r).inventory_groups()))
+    plan.view_hosts = sorted({m["node_name"] for m in members if m["role"] == spec.status.role})
+    plan.checked_hosts = sorted({m["node_name"] for m in members if m["role"] in roles})
+    asked = set(plan.node_members.values())
+    plan.member_views = [MemberView(str(m["id"]), m["node_name"], m["status"], str(m["id"]) in asked) for m in members]
+    return plan
+
+
 def _inventory(settings: OperationSettings, spec: AdapterSpec, instance: dict, members: list[dict]) -> dict:
     built = inventory.build(spec, instance["id"], members)
     built["all"]["vars"] = {}
     if settings.ssh_private_key_file:
         built["all"]["vars"]["ansible_ssh_private_key_file"] = str(settings.ssh_private_key_file)
     return built
+
+
+def read_back(plan: RunPlan, result) -> Verdict:
+    """The status module's answers, host by host, judged (health/verdict.py): a host with no result
+    and no failure gave no answer before the run ended."""
+    answers = {}
+    for host in plan.checked_hosts:
+        failure = result.host_failures.get(host)
+        if host in result.module_results:
+            answers[host] = HostAnswer(result=result.module_results[host])
+        elif failure and not failure.get("unreachable"):
+            answers[host] = HostAnswer(failed=failure.get("message") or "the status module failed")
+        else:
+            answers[host] = HostAnswer(unreachable=(failure or {}).get("message") or
+                                       f"no answer before the check ended ({result.status})")
+    return judge(answers, set(plan.view_hosts), plan.member_views)

@@ -81,7 +81,7 @@ GUARD = [sys.executable, "-I", "-S", str(Path(__file__).with_name("guard.py"))]
 # Private directories of a run under the temp dir (the secrets' pipe, ssh control sockets): each
 # name carries its worker's pid and that process's start time, so that a worker starting later can
 # tell the ones a dead worker left (sweep_scratch) from a live worker's.
-SCRATCH_KINDS = ("secrets", "cp")
+SCRATCH_KINDS = ("secrets", "cp", "health")
 
 
 def process_started(pid: int) -> str | None:
@@ -166,6 +166,11 @@ class RunResult:
     failure: dict | None = None
     stats: dict | None = None
     module_results: dict[str, dict] = field(default_factory=dict)
+    # host -> {task, message, unreachable}: every host a failure (not ignored, not rescued) ended the run on
+    host_failures: dict[str, dict] = field(default_factory=dict)
+    # Ansible gave up on every host of a play ("NO MORE HOSTS LEFT"): hosts that did not fail may not have
+    # run to the end either
+    aborted: bool = False
     tarball: bytes = b""
 
 
@@ -216,11 +221,14 @@ def kill_leftovers(marker: str) -> int:
 
 
 def run(settings: OperationSettings, op: dict, plan: RunPlan, collections_path: Path, *,
-        on_event: Callable[[str, dict], None], should_stop: Callable[[], str | None]) -> RunResult:
+        on_event: Callable[[str, dict], None], should_stop: Callable[[], str | None],
+        run_dir: Path | None = None, connect_timeout: int | None = None) -> RunResult:
     """Run the plan against exactly the collection content installed at `collections_path` (no other
     collection path is searched); `should_stop` returns a reason (canceled | timeout | lost) to kill
-    the run's whole process group (ansible-runner SIGKILLs the pexpect child's group), else None."""
-    pdd = settings.state_dir / "runs" / str(op["id"]) / f"attempt-{op['attempt']}"
+    the run's whole process group (ansible-runner SIGKILLs the pexpect child's group), else None.
+    `run_dir`: where the run's files go (default: the operation's directory in the state dir);
+    `connect_timeout`: seconds a host gets to answer SSH (default: Ansible's)."""
+    pdd = run_dir or settings.state_dir / "runs" / str(op["id"]) / f"attempt-{op['attempt']}"
     pdd.mkdir(parents=True, exist_ok=True, mode=0o700)
     vars_file = pdd / "vars.yml"
     redact = Redactor(plan.secret_strings + [settings.secret_key or ""])
@@ -240,6 +248,8 @@ def run(settings: OperationSettings, op: dict, plan: RunPlan, collections_path: 
     env |= {"ANSIBLE_COLLECTIONS_PATH": str(collections_path), "ANSIBLE_COLLECTIONS_SCAN_SYS_PATH": "False"}
     if not settings.ssh_host_key_checking:
         env["ANSIBLE_HOST_KEY_CHECKING"] = "False"
+    if connect_timeout:
+        env["ANSIBLE_TIMEOUT"] = str(connect_timeout)
     # Ansible's default of 5 forks would run a task on a 9-host cluster in two rounds.
     hosts = len(plan.inventory.get("all", {}).get("hosts", {}))
     env["ANSIBLE_FORKS"] = str(min(max(hosts, 5), settings.run_forks_max))
@@ -253,10 +263,19 @@ def run(settings: OperationSettings, op: dict, plan: RunPlan, collections_path: 
             name, payload = summary
             payload = redact.json(payload)
             on_event(name, payload)
-            if name in ("run.task_failed", "run.host_unreachable") and not payload["ignored"] and not result.failure:
-                result.failure = {k: payload[k] for k in ("host", "task", "play", "message")}
+            if name in ("run.task_failed", "run.host_unreachable") and not payload["ignored"]:
+                failure = {k: payload[k] for k in ("host", "task", "play", "message")}
+                result.failure = result.failure or failure
+                result.host_failures.setdefault(payload["host"], failure | {
+                    "unreachable": name == "run.host_unreachable"})
             if name == "run.playbook_stats":
                 result.stats = payload
+                # A host whose failure a rescue block handled did not fail the run.
+                ended = set(payload.get("failures") or {}) | set(payload.get("dark") or {})
+                for host in set(payload.get("rescued") or {}) - ended:
+                    result.host_failures.pop(host, None)
+        if event.get("event") == "playbook_on_no_hosts_remaining":
+            result.aborted = True
         if event.get("event") == "runner_on_ok" and plan.module and isinstance(d.get("res"), dict):
             result.module_results[d.get("host")] = d["res"]
         return True

@@ -20,30 +20,27 @@ import socket
 import threading
 import time
 import uuid
-from collections.abc import Callable
-from pathlib import Path
-from typing import TypeVar
 
 import psycopg
 from psycopg import sql
+from psycopg.types.json import Jsonb
 
 from .. import correlation
 from ..audit import service as audit
 from ..catalog import parameters
 from ..config import OperationSettings
-from ..content.collections import CollectionError, cache_root, installed_collection
-from ..content.store import ContentMissing, DigestMismatch, embedded_store
-from ..db import Database
+from ..db import Database, retrying
 from ..errors import ApiError
+from ..health.checker import HealthChecker
 from ..instances import service as instances
 from ..observability import logs, metrics, tracing
 from ..operations import rules, truth
 from ..operations import service as ops
 from . import plan as planner
 from . import runner
+from .content import ContentRefused, run_content
 
 log = logging.getLogger(__name__)
-T = TypeVar("T")
 # The machine a worker runs on: a run's processes live there, and only a worker there can end them.
 HOST = socket.gethostname()
 
@@ -117,6 +114,8 @@ class Worker:
         if self.settings.worker_metrics_port is not None:
             server, _ = metrics.start_http_server(self.settings.worker_metrics_port, self.settings.worker_metrics_host)
         threading.Thread(target=self._listen, name=f"listener-{self.name}", daemon=True).start()
+        # Health checks run on threads of their own: they never take an operation slot.
+        HealthChecker(self.db, self.settings, self.name, self.stop).start()
         threads = [threading.Thread(target=self._loop, args=(f"{self.name}/{i}",), name=f"worker-{i}", daemon=True)
                    for i in range(self.concurrency)]
         for t in threads:
@@ -217,7 +216,7 @@ class Worker:
                 return self._finish(op, slot, "failed", {"code": refusal.code, "message": refusal.message,
                                                          "details": refusal.details})
             try:
-                collections_path = self._content(plan)
+                collections_path = run_content(self.settings, plan)
             except ContentRefused as exc:
                 return self._finish(op, slot, "failed", {"code": exc.code, "message": str(exc)})
         sink = _EventSink(self.db, instance, op["correlation_id"], self.stop)
@@ -248,35 +247,21 @@ class Worker:
             with conn.transaction():
                 rules.check_instance(op["kind"], instance, accepting=False)
                 truth.on_start(conn, op)
-                return instance, planner.build(conn, self.settings, op, instance), None
+                plan = planner.build(conn, self.settings, op, instance)
+                if plan.forced:  # kept on the operation: its success marks those hosts for cleanup
+                    conn.execute("""UPDATE operations SET params = params || jsonb_build_object('forced', %s::jsonb)
+                                     WHERE id = %s""", (Jsonb(plan.forced), op["id"]))
+                return instance, plan, None
         except ApiError as exc:
             return instance, None, exc
-
-    def _content(self, plan: planner.RunPlan) -> Path:
-        """The installed collection the run executes: the version's artifact, fetched from the content
-        store by digest and verified (every run) before any host is touched."""
-        if plan.content_digest is None:
-            raise ContentRefused("artifact_not_runnable", "the app version's artifact is not a collection build; "
-                                 "there is nothing to run")
-        try:
-            return installed_collection(embedded_store(self.settings.state_dir), plan.content_digest,
-                                        cache_root(self.settings.state_dir))
-        except ContentMissing:
-            raise ContentRefused("artifact_content_missing", f"the content store has no {plan.content_digest}; "
-                                 "upload the collection build (gpuaas apps register)") from None
-        except DigestMismatch as exc:
-            raise ContentRefused("artifact_digest_mismatch", f"the stored content does not match the pinned "
-                                 f"digest {plan.content_digest}: {exc}") from None
-        except CollectionError as exc:
-            raise ContentRefused("artifact_not_runnable", f"{plan.content_digest} is not an installable "
-                                 f"collection: {exc}") from None
 
     def _outcome(self, op: dict, plan: planner.RunPlan, result) -> tuple:
         """(status, error, outcome, tarball) of a finished run."""
         outcome: dict = {"rc": result.rc, "stats": result.stats}
         if result.status == "successful":
             if op["kind"] == "refresh":
-                outcome["observed"] = observe(plan, result.module_results)
+                verdict = planner.read_back(plan, result)
+                outcome["observed"] = {mid: v.observed for mid, v in verdict.members.items() if v.observed}
             return "succeeded", None, outcome, result.tarball
         if result.status == "canceled":
             return "canceled", {"code": "canceled", "message": "canceled while running; the run was stopped, "
@@ -287,6 +272,12 @@ class Worker:
         failure = result.failure or {}
         message = (f"task {failure.get('task')!r} failed on {failure.get('host')}: {failure.get('message')}"
                    if failure else f"the run ended with {result.status} (rc={result.rc})")
+        if result.host_failures and not result.aborted:
+            # Every other host ran to the end: the failure belongs to these hosts (truth.on_failure).
+            outcome["failed_hosts"] = result.host_failures
+            if len(result.host_failures) > 1:
+                message = f"failed on {len(result.host_failures)} hosts ({', '.join(sorted(result.host_failures))}); " \
+                          f"first: {message}"
         return "failed", {"code": "run_failed", "message": message, "details": failure}, outcome, result.tarball
 
     def _finish(self, op: dict, slot: str, status: str, error: dict | None, outcome: dict | None = None,
@@ -330,45 +321,7 @@ class Worker:
         if status == "succeeded":
             truth.on_success(conn, final, outcome or {})
         else:
-            truth.on_failure(conn, final, error["message"] if error else status)
-
-
-def retrying(db: Database, what: str, work: Callable[[psycopg.Connection], T],
-             stop: threading.Event | None = None) -> T:
-    """work(conn) in one transaction, run again while the database is unreachable (a restart must not
-    fail a run) until it commits; re-raises once `stop` is set. Only for work that is safe to
-    repeat: a rolled-back attempt left nothing behind."""
-    delay = 0.2
-    while True:
-        try:
-            with db.transaction() as conn:
-                return work(conn)
-        except psycopg.OperationalError as exc:
-            if stop is not None and stop.is_set():
-                raise
-            log.warning("%s: database unavailable (%s); retrying in %.1f s", what, type(exc).__name__, delay)
-            time.sleep(delay)
-            delay = min(delay * 2, 2.0)
-
-
-MEMBER_STATES = frozenset({"active", "draining", "drained", "failed"})
-
-
-def observe(plan: planner.RunPlan, module_results: dict[str, dict]) -> dict[str, str | None]:
-    """Member id -> status, from the status module's `member_states`, merged over every host that
-    answered (a controller speaks for all its members; a replica host for itself). The module speaks
-    the platform's words; a member no host names, or names with another word, is failed."""
-    states: dict[str, str] = {}
-    for res in module_results.values():
-        states |= res.get("member_states") or {}
-    return {member_id: states.get(node) if states.get(node) in MEMBER_STATES else "failed"
-            for node, member_id in plan.node_members.items()}
-
-
-class ContentRefused(Exception):
-    def __init__(self, code: str, message: str):
-        super().__init__(message)
-        self.code = code
+            truth.on_failure(conn, final, error["message"] if error else status, outcome)
 
 
 class _EventSink:

@@ -11,12 +11,17 @@ from ..errors import unprocessable
 # Seed 002 lifecycle. Deviations, on purpose: failed -> stopping, because decommission of a failed
 # instance must still do an honest runtime teardown; failed -> starting, because a deploy that failed
 # (a host was down, a package mirror hiccuped) is retried: the playbooks are idempotent.
+# Day 2 (health/, docs/operations.md): `degraded` is a running instance with a failed member whose
+# control plane answers; the health check moves running <-> degraded, and to failed when the control
+# plane does not answer, and back (failed -> running | degraded) when a check that failed it reads it
+# answering again. A run that failed on some hosts only leaves the instance degraded.
 INSTANCE_TRANSITIONS: dict[str, frozenset[str]] = {
     "created": frozenset({"starting", "failed"}),
-    "starting": frozenset({"running", "failed", "stopping"}),
-    "running": frozenset({"stopping", "failed"}),
+    "starting": frozenset({"running", "degraded", "failed", "stopping"}),
+    "running": frozenset({"degraded", "stopping", "failed"}),
+    "degraded": frozenset({"running", "stopping", "failed"}),
     "stopping": frozenset({"stopped", "failed"}),
-    "failed": frozenset({"starting", "stopping"}),
+    "failed": frozenset({"starting", "stopping", "running", "degraded"}),
     "stopped": frozenset(),
 }
 INSTANCE_EVENT = {status: f"apps.instance.{status}" for status in INSTANCE_TRANSITIONS}
@@ -29,15 +34,18 @@ MEMBER_TRANSITIONS: dict[str, frozenset[str]] = {
     "draining": frozenset({"drained", "active", "failed"}),
     "drained": frozenset({"active", "removing", "failed"}),
     "removing": frozenset({"removed", "failed"}),
-    "failed": frozenset({"joining", "removing", "removed"}),
+    # failed -> active | draining | drained: a health check read the member serving again.
+    "failed": frozenset({"joining", "active", "draining", "drained", "removing", "removed"}),
     "removed": frozenset(),
 }
 
 
 def member_event(before: str, after: str) -> str:
     """Timeline event type for a member status change (seed 002 names where they exist)."""
+    if before == "failed" and after in ("active", "draining", "drained"):
+        return "member_recovered"
     if after == "active":
-        return "member_added" if before in ("pending", "joining", "failed") else "member_resumed"
+        return "member_added" if before in ("pending", "joining") else "member_resumed"
     return {"joining": "member_joining", "draining": "member_draining", "drained": "member_drained",
             "removing": "member_removing", "removed": "member_removed", "failed": "member_failed"}[after]
 

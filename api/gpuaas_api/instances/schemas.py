@@ -11,7 +11,7 @@ from ..catalog.adapter import OperatingMode, RoleName, VersionString
 from ..catalog.schemas import JsonObject
 from ..common import Name, Reason, Slug
 
-InstanceStatus = Literal["created", "starting", "running", "stopping", "stopped", "failed"]
+InstanceStatus = Literal["created", "starting", "running", "degraded", "stopping", "stopped", "failed"]
 MemberStatus = Literal["pending", "joining", "active", "draining", "drained", "removing", "removed", "failed"]
 LabelKey = Annotated[str, StringConstraints(pattern=r"^[a-z0-9]([a-z0-9._/\-]{0,61}[a-z0-9])?$")]
 LabelValue = Annotated[str, StringConstraints(pattern=r"^[A-Za-z0-9._\-]{0,63}$")]
@@ -67,6 +67,45 @@ class RoleSummary(BaseModel):
     name: str
     desired_count: int
     member_count: int
+    members_by_status: dict[str, int] = Field(default_factory=dict,
+                                              description="the role's members that are not removed, by status")
+
+
+class Condition(BaseModel):
+    """One aspect of the instance's health as the last check read it (Kubernetes-style)."""
+    type: Literal["ControlPlaneAvailable", "MembersHealthy", "Healthy"]
+    status: Literal["True", "False"]
+    reason: str
+    message: str
+    last_transition_at: datetime
+
+
+class Health(BaseModel):
+    """What the last scheduled health check read (health/): none before the first check."""
+    checked_at: datetime | None = None
+    check: dict[str, Any] = Field(default_factory=dict, description="what ran: status module, hosts, members, "
+                                  "seconds")
+    conditions: list[Condition] = Field(default_factory=list)
+
+
+class MemberRuntime(BaseModel):
+    """What the last health check read of the member on its hosts."""
+    checked_at: datetime | None = None
+    reachable: bool | None = None
+    observed: str | None = Field(default=None, description="the status the check read; null: unknown")
+    reason: str = ""
+    details: dict[str, str | int | float | bool | None] = Field(
+        default_factory=dict, description="the app's runtime detail (e.g. a Slurm node's state and reason, the "
+        "image digest a replica runs, its probe answer)")
+
+
+class LastOperation(BaseModel):
+    id: UUID
+    kind: str
+    status: str
+    correlation_id: str
+    created_at: datetime
+    finished_at: datetime | None = None
 
 
 class Topology(BaseModel):
@@ -95,6 +134,7 @@ class Instance(BaseModel):
     topology: Topology
     labels: dict[str, str]
     parameters: dict[str, Any] = Field(default_factory=dict)
+    health: Health = Field(default_factory=Health)
     created_at: datetime
     updated_at: datetime
     deleted_at: datetime | None
@@ -111,6 +151,8 @@ class Member(BaseModel):
     status: MemberStatus
     status_reason: str
     last_correlation_id: str | None
+    last_operation: LastOperation | None = Field(default=None, description="the latest operation that named it or ran on the whole instance since it joined")
+    runtime: MemberRuntime = Field(default_factory=MemberRuntime)
     created_at: datetime
     updated_at: datetime
 

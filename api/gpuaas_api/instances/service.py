@@ -28,9 +28,11 @@ from . import inventory, rules
 VIEW_SELECT = """
 SELECT i.*, v.version AS app_version, a.reference AS artifact_reference,
        w.reference AS workload_artifact_reference,
-       (SELECT coalesce(json_object_agg(c.role, c.n), '{}'::json)
-          FROM (SELECT m.role, count(*) AS n FROM app_instance_members m
-                 WHERE m.instance_id = i.id AND m.status <> 'removed' GROUP BY m.role) c) AS member_counts
+       (SELECT coalesce(json_object_agg(c.role, c.by_status), '{}'::json)
+          FROM (SELECT s.role, json_object_agg(s.status, s.n) AS by_status
+                  FROM (SELECT m.role, m.status, count(*) AS n FROM app_instance_members m
+                         WHERE m.instance_id = i.id AND m.status <> 'removed' GROUP BY m.role, m.status) s
+                 GROUP BY s.role) c) AS member_counts
   FROM app_instances i
   JOIN app_versions v ON v.id = i.app_version_id
   JOIN artifacts a ON a.id = v.artifact_id
@@ -38,15 +40,24 @@ SELECT i.*, v.version AS app_version, a.reference AS artifact_reference,
 """
 
 MEMBER_SELECT = """
-SELECT m.*, (SELECT h FROM jsonb_array_elements(al.hosts) h WHERE h->>'name' = m.host_name LIMIT 1) AS host
+SELECT m.*, (SELECT h FROM jsonb_array_elements(al.hosts) h WHERE h->>'name' = m.host_name LIMIT 1) AS host,
+       (SELECT json_build_object('id', o.id, 'kind', o.kind, 'status', o.status, 'correlation_id', o.correlation_id,
+                                 'created_at', o.created_at, 'finished_at', o.finished_at)
+          FROM operations o WHERE o.instance_id = m.instance_id
+           -- one that named it, or one that ran on the whole instance once it was there
+           AND (m.id = ANY(o.member_ids) OR (cardinality(o.member_ids) = 0 AND o.created_at >= m.created_at))
+         ORDER BY o.seq DESC LIMIT 1) AS last_operation
   FROM app_instance_members m JOIN allocations al ON al.id = m.allocation_id
 """
 
 
 def view(row: dict) -> dict:
-    """Shape an instance row (from VIEW_SELECT) for the API: topology with desired and live counts."""
+    """Shape an instance row (from VIEW_SELECT) for the API: topology with desired and live counts, and
+    each role's members by status (its health at a glance)."""
     counts = row.get("member_counts") or {}
-    roles = [{"name": r["name"], "desired_count": r["desired_count"], "member_count": counts.get(r["name"], 0)}
+    roles = [{"name": r["name"], "desired_count": r["desired_count"],
+              "member_count": sum((counts.get(r["name"]) or {}).values()),
+              "members_by_status": counts.get(r["name"]) or {}}
              for r in row["topology"]["roles"]]
     return {**row, "topology": {"roles": roles}}
 
@@ -148,8 +159,8 @@ def shares_hosts(version: dict) -> bool:
 def refuse_busy(hosts: set[rules.Host]) -> None:
     if hosts:
         names = sorted(h for _, h in hosts)
-        raise conflict("host_in_use", f"host(s) {', '.join(names)} already carry another instance's members",
-                       hosts=names)
+        raise conflict("host_in_use", f"host(s) {', '.join(names)} already carry another instance's members, "
+                       "or wait for the cleanup of a member removed while unreachable", hosts=names)
 
 
 def check_version_change(conn: psycopg.Connection, instance: dict, version: dict) -> None:

@@ -72,9 +72,11 @@ class Kind:
 
 
 _LIFECYCLE, _MEMBER, _NODE = "apps.instance.update", "apps.member.operate", "scheduler.node.operate"
-_RUNNING = frozenset({"running"})
+# A degraded instance (a member failed, the control plane answers) takes every running kind: removing
+# or replacing the failed member is how it gets well.
+_RUNNING = frozenset({"running", "degraded"})
 # Accepting in `starting` lets requests queue behind a deploy; the run re-checks when its turn comes.
-_RUNNING_OR_BEHIND_DEPLOY = frozenset({"running", "starting"})
+_RUNNING_OR_BEHIND_DEPLOY = _RUNNING | {"starting"}
 LIVE = ("joining", "active", "draining", "drained", "removing")
 
 
@@ -106,13 +108,15 @@ KINDS: dict[str, Kind] = {k.name: k for k in (
                   on_success=(Move("members", "active"),), on_failure=(Move("members", "failed"),)),
     _running_kind("member_remove", (_MEMBER,), 1800, targets=("members",), route_target="members",
                   member_states=frozenset({"joining", "active", "draining", "drained", "failed", "removing"}),
-                  on_start=(Move("members", "removing"),), on_success=(Move("members", "removed"),),
+                  on_start=(Move("members", "removing"),),
+                  on_success=(Move("members", "removed"), Effect("forced_cleanup")),
                   on_failure=(Move("members", "failed"),)),
     # The new member joins first, then the old one leaves.
     _running_kind("member_replace", (_MEMBER,), 3600, targets=("old", "new"), route_target="old", creates="new",
                   member_states=frozenset({"active", "draining", "drained", "failed"}),
                   on_start=(Move("new", "joining"),),
-                  on_success=(Move("new", "active"), Move("old", "drained"), Move("old", "removed")),
+                  on_success=(Move("new", "active"), Move("old", "drained"), Move("old", "removed"),
+                              Effect("forced_cleanup")),
                   on_failure=(Move("new", "failed"),),
                   on_cancel_queued=(Move("new", "removed"), Effect("uncount_created"))),
     # Instance-level runs other than deploy and decommission leave the instance status to a refresh
@@ -123,14 +127,15 @@ KINDS: dict[str, Kind] = {k.name: k for k in (
     _running_kind("rollback", (_LIFECYCLE,), 3600, request_check="rollback_target",
                   on_success=(Effect("rolled_back"),)),
     Kind("decommission", ("apps.instance.delete",), 1800,
-         accept_states=frozenset({"running", "failed", "stopping", "starting"}),
-         run_states=frozenset({"running", "failed", "stopping"}),  # stopping: a re-attempt
+         accept_states=frozenset({"running", "degraded", "failed", "stopping", "starting"}),
+         run_states=frozenset({"running", "degraded", "failed", "stopping"}),  # stopping: a re-attempt
          on_start=(Move(INSTANCE, "stopping"), Effect("deleting")),
          on_success=(Move(Members(("pending", "failed") + LIVE), "removed"), Move(INSTANCE, "stopped"),
                      Effect("deleted")),
          on_failure=(Move(INSTANCE, "failed"),), closes_queue=True),
     Kind("refresh", (_LIFECYCLE,), 300,
-         accept_states=frozenset({"running", "failed", "starting"}), run_states=frozenset({"running", "failed"}),
+         accept_states=frozenset({"running", "degraded", "failed", "starting"}),
+         run_states=frozenset({"running", "degraded", "failed"}),
          on_success=(Effect("apply_observed"),), needs="status"),
 )}
 

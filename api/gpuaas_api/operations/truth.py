@@ -16,7 +16,6 @@ import psycopg
 from psycopg.types.json import Jsonb
 
 from ..audit import service as audit
-from ..catalog.service import get_version_by_id
 from ..instances import rules as irules
 from ..instances import service as instances
 from .kinds import INSTANCE, KINDS, LIVE, Effect, Members, Step
@@ -85,7 +84,8 @@ class Phase:
 
 
 def _apply(conn: psycopg.Connection, op: dict, steps: tuple[Step, ...], reason: str,
-           outcome: dict | None = None) -> None:
+           outcome: dict | None = None, skip: frozenset = frozenset()) -> None:
+    """Apply the steps; members in `skip` (ids) are left where they are."""
     phase = Phase(conn, op, instances.get_instance(conn, op["instance_id"], include_deleted=True), reason,
                   outcome or {})
     cid = op["correlation_id"]
@@ -95,13 +95,14 @@ def _apply(conn: psycopg.Connection, op: dict, steps: tuple[Step, ...], reason: 
         elif step.who == INSTANCE:
             move_instance(conn, op["instance_id"], step.to, reason, cid)
         elif isinstance(step.who, Members):
-            chosen = _members(conn, op["instance_id"], step.who.statuses)
+            chosen = [m for m in _members(conn, op["instance_id"], step.who.statuses) if m["id"] not in skip]
             phase.selected += chosen
             for m in chosen:
                 move_member(conn, m["id"], step.to, reason, cid)
         else:
             for member_id in targets(op, step.who):
-                move_member(conn, member_id, step.to, reason, cid)
+                if member_id not in skip:
+                    move_member(conn, member_id, step.to, reason, cid)
 
 
 def on_start(conn: psycopg.Connection, op: dict) -> None:
@@ -113,10 +114,44 @@ def on_success(conn: psycopg.Connection, op: dict, outcome: dict) -> None:
     _apply(conn, op, KINDS[op["kind"]].on_success, f"{op['kind']} succeeded (operation {op['id']})", outcome)
 
 
-def on_failure(conn: psycopg.Connection, op: dict, reason: str) -> None:
+def on_failure(conn: psycopg.Connection, op: dict, reason: str, outcome: dict | None = None) -> None:
     """What is known after a failed, timed-out, canceled-while-running or abandoned run: the members
-    the run was changing are failed with the reason; deploy and decommission fail the instance."""
+    the run was changing are failed with the reason; deploy and decommission fail the instance.
+    A run that failed on some hosts only and ran to the end on every other (outcome["failed_hosts"],
+    see _on_hosts_failed) changes the members on those hosts alone."""
+    failed_hosts = (outcome or {}).get("failed_hosts")
+    if failed_hosts and op["kind"] != "decommission" and _on_hosts_failed(conn, op, failed_hosts, outcome):
+        return
     _apply(conn, op, KINDS[op["kind"]].on_failure, reason)
+
+
+def _on_hosts_failed(conn: psycopg.Connection, op: dict, failed_hosts: dict[str, dict], outcome: dict) -> bool:
+    """A failure belongs to the host it happened on. Ansible takes a failed host out of the run and
+    runs every play to the end on the others (the worker passes failed_hosts only when it did: no
+    "no hosts left" abort, no timeout or cancel). So the members on the failed hosts become failed,
+    each with its own host's reason, and every other member takes the moves a success gives; an
+    instance left with a failed member is degraded. False (nothing done) when a failed host is not a
+    member's host (the control node, say): then nothing is known of the members."""
+    members = conn.execute("""SELECT id, node_name FROM app_instance_members
+                               WHERE instance_id = %s AND status <> 'removed'""", (op["instance_id"],)).fetchall()
+    on_failed = {m["id"]: failed_hosts[m["node_name"]] for m in members if m["node_name"] in failed_hosts}
+    if len({m["node_name"] for m in members} & set(failed_hosts)) < len(failed_hosts):
+        return False
+    cid = op["correlation_id"]
+    for member_id, failure in on_failed.items():
+        what = "unreachable" if failure.get("unreachable") else f"task {failure.get('task')!r} failed"
+        move_member(conn, member_id, "failed",
+                    f"{op['kind']} (operation {op['id']}): {what} on {failure.get('host')}: {failure.get('message')}",
+                    cid)
+    _apply(conn, op, KINDS[op["kind"]].on_success,
+           f"{op['kind']} succeeded on every other host (operation {op['id']})", outcome, skip=frozenset(on_failed))
+    instance = instances.get_instance(conn, op["instance_id"], include_deleted=True)
+    if instance["status"] in ("running", "starting"):
+        move_instance(conn, op["instance_id"], "degraded",
+                      f"{len(on_failed)} member(s) failed in {op['kind']} (operation {op['id']})", cid)
+    # What else the failure means (a control plane on a failed host fails the instance) is for a check to read.
+    conn.execute("UPDATE app_instances SET health_due_at = now() WHERE id = %s", (op["instance_id"],))
+    return True
 
 
 def on_cancel_queued(conn: psycopg.Connection, op: dict) -> None:
@@ -127,12 +162,33 @@ def on_cancel_queued(conn: psycopg.Connection, op: dict) -> None:
 # Named effects: what a phase does besides moving statuses --------------------------------------------
 
 def _deploy_proven(p: Phase) -> None:
-    """The deploy's members joined; the adapter's health check (when it declares one) passed as part
-    of the deploy playbook."""
+    """The deploy's members joined. Whether the instance is healthy is for the health check to read:
+    its first check is due at once."""
     p.event("start_completed", {"operation_id": str(p.op["id"]), "members": len(p.selected)})
-    health = (get_version_by_id(p.conn, p.instance["app_version_id"])["adapter"] or {}).get("health")
-    if health:
-        p.event("healthy", {"proof": health["proof"]})
+    _check_soon(p)
+
+
+def _check_soon(p: Phase) -> None:
+    p.conn.execute("UPDATE app_instances SET health_due_at = now() WHERE id = %s", (p.instance["id"],))
+
+
+def _forced_cleanup(p: Phase) -> None:
+    """The leaving members whose hosts the run was told to leave alone (unreachable, params.forced)
+    are gone from the instance; their hosts still carry what the app installed, so each is marked for
+    the adapter's cleanup playbook, which runs once the host answers again (health/cleanup.py)."""
+    forced = [UUID(m) for m in p.op["params"].get("forced", [])]
+    if not forced:
+        return
+    rows = p.conn.execute("""INSERT INTO host_cleanups (instance_id, member_id, app_version_id, allocation_id,
+                                    host_name, node_name, role, reason, correlation_id)
+                             SELECT m.instance_id, m.id, %s, m.allocation_id, m.host_name, m.node_name, m.role, %s, %s
+                               FROM app_instance_members m WHERE m.id = ANY(%s)
+                             ON CONFLICT DO NOTHING RETURNING member_id, node_name""",
+                          (p.instance["app_version_id"], f"removed while unreachable ({p.op['kind']} {p.op['id']})",
+                           p.op["correlation_id"], forced)).fetchall()
+    for r in rows:
+        p.event("host_cleanup_pending", {"member_id": str(r["member_id"]), "node_name": r["node_name"],
+                                         "operation_id": str(p.op["id"])})
 
 
 def _store_parameters(p: Phase) -> None:
@@ -174,6 +230,7 @@ def _apply_observed(p: Phase) -> None:
             move_member(p.conn, m["id"], goal, p.reason, p.op["correlation_id"])
             changed += 1
     p.event("refresh_completed", {"observed": len(observed), "changed": changed})
+    _check_soon(p)
 
 
 def _uncount_created(p: Phase) -> None:
@@ -187,7 +244,7 @@ def _uncount_created(p: Phase) -> None:
 
 
 EFFECTS: dict[str, Callable[[Phase], None]] = {
-    "deploy_proven": _deploy_proven, "store_parameters": _store_parameters,
+    "deploy_proven": _deploy_proven, "store_parameters": _store_parameters, "forced_cleanup": _forced_cleanup,
     "upgraded": _switch_version("apps.instance.upgraded"), "rolled_back": _switch_version("apps.instance.rolled_back"),
     "deleting": _deleting, "deleted": _deleted, "apply_observed": _apply_observed, "uncount_created": _uncount_created,
 }

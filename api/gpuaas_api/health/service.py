@@ -1,0 +1,148 @@
+"""The health record: which instances are due for a check (claimed fairly across tenants, one check in
+flight per instance), and what a check's verdict changes. Every function takes a connection inside the
+caller's transaction.
+
+A check never holds up a lifecycle operation and never contradicts one: it moves no member that a
+queued or running operation targets, no member or instance whose status changed after the check
+started, and no status at all while an instance-level run (deploy, reconfigure, upgrade, rollback,
+decommission) is in flight. It still records what it read."""
+
+from __future__ import annotations
+
+from datetime import datetime
+from uuid import UUID
+
+import psycopg
+from psycopg.types.json import Jsonb
+
+from ..audit import service as audit
+from ..instances import service as instances
+from ..operations import truth
+from ..operations.kinds import KINDS
+from .verdict import Verdict
+
+# The reason prefix of every status the check sets: a failed instance is checked again (and may
+# recover) only while the check is what failed it.
+PREFIX = "health check: "
+# Joining and removing members belong to the run that moves them.
+MOVABLE = ("active", "draining", "drained", "failed")
+
+# Due instances, the most overdue first within each tenant and one per tenant per round, found with a
+# loose scan of the (tenant_id, health_due_at) index: the cost grows with the number of tenants and the
+# claim size, not with the number of instances.
+CLAIM = """
+WITH RECURSIVE tenants AS (
+    (SELECT tenant_id FROM app_instances WHERE deleted_at IS NULL AND status IN ('running', 'degraded', 'failed')
+      ORDER BY tenant_id LIMIT 1)
+  UNION ALL
+    SELECT (SELECT i.tenant_id FROM app_instances i
+             WHERE i.tenant_id > t.tenant_id AND i.deleted_at IS NULL AND i.status IN ('running', 'degraded', 'failed')
+             ORDER BY i.tenant_id LIMIT 1)
+      FROM tenants t WHERE t.tenant_id IS NOT NULL
+), due AS (
+    SELECT d.id, d.health_due_at FROM tenants t CROSS JOIN LATERAL (
+        SELECT id, health_due_at FROM app_instances
+         WHERE tenant_id = t.tenant_id AND deleted_at IS NULL AND status IN ('running', 'degraded', 'failed')
+           -- a failed instance only while the check is what failed it
+           AND (status <> 'failed' OR status_reason LIKE 'health check: %%')
+           AND health_due_at <= now() AND (health_lease_until IS NULL OR health_lease_until < now())
+         ORDER BY health_due_at LIMIT 1) d
+     WHERE t.tenant_id IS NOT NULL
+     ORDER BY d.health_due_at LIMIT %(n)s
+)
+UPDATE app_instances i SET health_lease_until = now() + make_interval(secs => %(lease)s), health_worker = %(w)s
+  FROM (SELECT id FROM app_instances WHERE id IN (SELECT id FROM due) FOR UPDATE SKIP LOCKED) c
+ WHERE i.id = c.id
+RETURNING i.*, now() AS check_started_at"""
+
+
+def claim(conn: psycopg.Connection, worker: str, n: int, lease_seconds: float) -> list[dict]:
+    """Up to `n` due instances, leased to `worker` for `lease_seconds`."""
+    return conn.execute(CLAIM, {"n": n, "lease": lease_seconds, "w": worker}).fetchall()
+
+
+def release(conn: psycopg.Connection, instance_id: UUID, worker: str, interval_seconds: float) -> None:
+    """The check is over (whatever it found): the next is due one interval later."""
+    conn.execute("""UPDATE app_instances SET health_lease_until = NULL, health_worker = NULL,
+                        health_due_at = now() + make_interval(secs => %s)
+                     WHERE id = %s AND health_worker = %s""", (interval_seconds, instance_id, worker))
+
+
+def check_now(conn: psycopg.Connection, instance_id: UUID) -> None:
+    """Make the instance's next check due at once (after a failed run, a recovery, a refresh)."""
+    conn.execute("UPDATE app_instances SET health_due_at = now() WHERE id = %s", (instance_id,))
+
+
+def _busy(conn: psycopg.Connection, instance_id: UUID) -> tuple[set[str], bool]:
+    """(members a queued or running operation targets, whether an instance-level run is in flight)."""
+    rows = conn.execute("""SELECT kind, status, member_ids FROM operations
+                            WHERE instance_id = %s AND status IN ('queued', 'running')""", (instance_id,)).fetchall()
+    targeted = {str(m) for r in rows for m in (r["member_ids"] or [])}
+    instance_run = any(r["status"] == "running" and not KINDS[r["kind"]].targets for r in rows)
+    return targeted, instance_run
+
+
+def _condition(before: dict | None, kind: str, ok: bool, reason: str, message: str, now: datetime) -> dict:
+    """A Kubernetes-style condition; last_transition_at moves only when its status does."""
+    status = "True" if ok else "False"
+    since = before["last_transition_at"] if before and before.get("status") == status else now.isoformat()
+    return {"type": kind, "status": status, "reason": reason, "message": message, "last_transition_at": since}
+
+
+def record(conn: psycopg.Connection, instance: dict, verdict: Verdict, *, checked: dict, correlation_id: str) -> dict:
+    """Apply a check's verdict to the instance (locked here) and its members; returns the new health
+    record. `instance` is the row the claim returned; `checked` says what ran."""
+    current = instances.get_instance(conn, instance["id"], lock=True, include_deleted=True)
+    now = conn.execute("SELECT now() AS now").fetchone()["now"]
+    started = instance["check_started_at"]
+    targeted, instance_run = _busy(conn, instance["id"])
+    rows = {str(r["id"]): r for r in conn.execute(
+        "SELECT id, status, updated_at, node_name FROM app_instance_members WHERE instance_id = %s",
+        (instance["id"],)).fetchall()}
+    failed_members = []
+    for mid, v in verdict.members.items():
+        row = rows.get(mid)
+        if row is None:
+            continue
+        runtime = {"checked_at": now.isoformat(), "reachable": v.reachable, "observed": v.observed,
+                   "reason": v.reason, "details": v.details}
+        conn.execute("UPDATE app_instance_members SET runtime = %s WHERE id = %s", (Jsonb(runtime), row["id"]))
+        settled = not instance_run and mid not in targeted and row["updated_at"] <= started
+        status = row["status"]
+        if settled and v.observed and v.observed != status and status in MOVABLE:
+            why = PREFIX + (v.reason or f"read {v.observed}")
+            truth.move_member(conn, row["id"], v.observed, why, correlation_id)
+            status = v.observed
+        if status == "failed":
+            failed_members.append(f"{row['node_name']}: {v.reason or 'failed'}" if v.observed == "failed"
+                                  else f"{row['node_name']}: failed")
+    goal = "failed" if not verdict.control_plane else ("degraded" if failed_members else "running")
+    if goal == "failed":
+        reason = PREFIX + "the control plane did not answer: " + verdict.control_plane_message
+    elif failed_members:
+        reason = PREFIX + f"{len(failed_members)} member(s) failed: " + "; ".join(failed_members[:5])
+    else:
+        reason = PREFIX + "every member answered"
+    if not instance_run and current["updated_at"] <= started and current["status"] != goal \
+            and current["status"] in ("running", "degraded", "failed"):
+        truth.move_instance(conn, instance["id"], goal, reason[:1000], correlation_id)
+    before = {c["type"]: c for c in (current["health"] or {}).get("conditions", [])}
+    conditions = [
+        _condition(before.get("ControlPlaneAvailable"), "ControlPlaneAvailable", verdict.control_plane,
+                   "Answered" if verdict.control_plane else "NoAnswer", verdict.control_plane_message, now),
+        _condition(before.get("MembersHealthy"), "MembersHealthy", not failed_members,
+                   "AllMembersHealthy" if not failed_members else "MembersFailed", "; ".join(failed_members[:20]), now),
+    ]
+    healthy = verdict.control_plane and not failed_members
+    conditions.append(_condition(before.get("Healthy"), "Healthy", healthy, "Checked" if healthy else "Unhealthy",
+                                 "" if healthy else reason.removeprefix(PREFIX), now))
+    health = {"checked_at": now.isoformat(), "check": checked, "conditions": conditions}
+    conn.execute("UPDATE app_instances SET health = %s WHERE id = %s", (Jsonb(health), instance["id"]))
+    was = before.get("Healthy", {}).get("status")
+    if was != conditions[-1]["status"]:
+        audit.append_event(conn, current, "healthy" if healthy else "unhealthy",
+                           checked | {"failed_members": failed_members[:20],
+                                      "control_plane": verdict.control_plane,
+                                      "reason": "" if healthy else reason.removeprefix(PREFIX)},
+                           correlation_id=correlation_id)
+    return health
