@@ -131,6 +131,8 @@ class GpuaasSettings(BaseSettings):
     health_concurrency: int = Field(2, ge=0)
     health_timeout_seconds: float = Field(30.0, gt=0)
     health_connect_timeout_seconds: int = Field(5, ge=1)
+    # A failure moves a status only when a second check reads it too; that check comes this much later.
+    health_confirm_seconds: float = Field(5.0, gt=0)
     # Per-project quota on queued + running operations (0: none); more is refused with 429.
     max_open_operations_per_project: int = Field(50, ge=0)
     # Per-kind run timeouts in seconds; the environment overrides single kinds: "deploy=7200,refresh=60".
@@ -389,6 +391,7 @@ class OperationSettings:
     health_concurrency: int = _from_model("health_concurrency")
     health_timeout_seconds: float = _from_model("health_timeout_seconds")
     health_connect_timeout_seconds: int = _from_model("health_connect_timeout_seconds")
+    health_confirm_seconds: float = _from_model("health_confirm_seconds")
 
     @classmethod
     def from_model(cls, model: GpuaasSettings, **overrides: Any) -> OperationSettings:

@@ -62,15 +62,18 @@ class HealthChecker:
         instance = claimed[0]
         cid = f"health-{uuid.uuid4().hex[:16]}"
         token = correlation.use(cid)
+        confirm_soon = False
         try:
-            self.check(instance, slot, cid)
+            confirm_soon = self.check(instance, slot, cid)
         finally:
             correlation._current.reset(token)
-            retrying(self.db, "health: release", lambda conn: service.release(
-                conn, instance["id"], slot, self.settings.health_interval_seconds), self.stop)
+            after = self.settings.health_confirm_seconds if confirm_soon else self.settings.health_interval_seconds
+            retrying(self.db, "health: release", lambda conn: service.release(conn, instance["id"], slot, after),
+                     self.stop)
         return True
 
-    def check(self, instance: dict, slot: str, cid: str) -> None:
+    def check(self, instance: dict, slot: str, cid: str) -> bool:
+        """Run and record one check; True when a failure it read waits for a second read."""
         started = time.monotonic()
         try:
             with self.db.transaction() as conn:
@@ -78,9 +81,9 @@ class HealthChecker:
             collections_path = run_content(self.settings, plan)
         except (ApiError, ContentRefused) as exc:
             log.info("health: instance %s cannot be checked: %s", instance["id"], exc)
-            return
+            return False
         if not plan.checked_hosts:
-            return
+            return False
         deadline = started + self.settings.health_timeout_seconds
         run_dir = Path(runner.scratch_dir("health"))
         op = {"id": f"health-{instance['id']}", "attempt": 1, "correlation_id": cid, "kind": "health"}
@@ -94,8 +97,9 @@ class HealthChecker:
         verdict = planner.read_back(plan, result)
         checked = {"module": plan.module, "hosts": len(plan.checked_hosts), "members": len(verdict.members),
                    "seconds": round(time.monotonic() - started, 2)}
-        retrying(self.db, f"health: instance {instance['id']}", lambda conn: service.record(
+        confirm_soon = retrying(self.db, f"health: instance {instance['id']}", lambda conn: service.record(
             conn, instance, verdict, checked=checked, correlation_id=cid), self.stop)
         log.info("health: instance %s checked in %.1f s: control plane %s, %d member(s) failed", instance["id"],
                  time.monotonic() - started, "answers" if verdict.control_plane else "does not answer",
                  sum(v.observed == "failed" for v in verdict.members.values()))
+        return confirm_soon

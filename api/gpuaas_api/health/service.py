@@ -62,7 +62,7 @@ def claim(conn: psycopg.Connection, worker: str, n: int, lease_seconds: float) -
 
 
 def release(conn: psycopg.Connection, instance_id: UUID, worker: str, interval_seconds: float) -> None:
-    """The check is over (whatever it found): the next is due one interval later."""
+    """The check is over (whatever it found): the next is due `interval_seconds` later."""
     conn.execute("""UPDATE app_instances SET health_lease_until = NULL, health_worker = NULL,
                         health_due_at = now() + make_interval(secs => %s)
                      WHERE id = %s AND health_worker = %s""", (interval_seconds, instance_id, worker))
@@ -89,17 +89,20 @@ def _condition(before: dict | None, kind: str, ok: bool, reason: str, message: s
     return {"type": kind, "status": status, "reason": reason, "message": message, "last_transition_at": since}
 
 
-def record(conn: psycopg.Connection, instance: dict, verdict: Verdict, *, checked: dict, correlation_id: str) -> dict:
-    """Apply a check's verdict to the instance (locked here) and its members; returns the new health
-    record. `instance` is the row the claim returned; `checked` says what ran."""
+def record(conn: psycopg.Connection, instance: dict, verdict: Verdict, *, checked: dict,
+           correlation_id: str) -> bool:
+    """Apply a check's verdict to the instance (locked here) and its members. `instance` is the row the
+    claim returned; `checked` says what ran. A failure moves a status only when the check before read
+    it too: a blip (Slurm shows a resumed node as not responding for about a second) is not a failed
+    member. Returns True when a failure waits for that second read (the next check should come soon)."""
     current = instances.get_instance(conn, instance["id"], lock=True, include_deleted=True)
     now = conn.execute("SELECT now() AS now").fetchone()["now"]
     started = instance["check_started_at"]
     targeted, instance_run = _busy(conn, instance["id"])
     rows = {str(r["id"]): r for r in conn.execute(
-        "SELECT id, status, updated_at, node_name FROM app_instance_members WHERE instance_id = %s",
+        "SELECT id, status, updated_at, node_name, runtime FROM app_instance_members WHERE instance_id = %s",
         (instance["id"],)).fetchall()}
-    failed_members = []
+    failed_members, unconfirmed = [], False
     for mid, v in verdict.members.items():
         row = rows.get(mid)
         if row is None:
@@ -109,16 +112,27 @@ def record(conn: psycopg.Connection, instance: dict, verdict: Verdict, *, checke
         conn.execute("UPDATE app_instance_members SET runtime = %s WHERE id = %s", (Jsonb(runtime), row["id"]))
         settled = not instance_run and mid not in targeted and row["updated_at"] <= started
         status = row["status"]
-        if settled and v.observed and v.observed != status and status in MOVABLE:
+        confirmed = v.observed != "failed" or (row["runtime"] or {}).get("observed") == "failed"
+        unconfirmed |= not confirmed and status != "failed"
+        if settled and confirmed and v.observed and v.observed != status and status in MOVABLE:
             why = PREFIX + (v.reason or f"read {v.observed}")
             truth.move_member(conn, row["id"], v.observed, why, correlation_id)
             status = v.observed
         if status == "failed":
             failed_members.append(f"{row['node_name']}: {v.reason or 'failed'}" if v.observed == "failed"
                                   else f"{row['node_name']}: failed")
-    goal = "failed" if not verdict.control_plane else ("degraded" if failed_members else "running")
+    before = {c["type"]: c for c in (current["health"] or {}).get("conditions", [])}
+    # The control plane counts as down once two reads in a row found it so.
+    read_down_before = (current["health"] or {}).get("control_plane_read") is False
+    control_plane = verdict.control_plane or not (read_down_before or current["status"] == "failed")
+    if not verdict.control_plane and control_plane:
+        unconfirmed = True
+        verdict_message = ""
+    else:
+        verdict_message = verdict.control_plane_message
+    goal = "failed" if not control_plane else ("degraded" if failed_members else "running")
     if goal == "failed":
-        reason = PREFIX + "the control plane did not answer: " + verdict.control_plane_message
+        reason = PREFIX + "the control plane did not answer: " + verdict_message
     elif failed_members:
         reason = PREFIX + f"{len(failed_members)} member(s) failed: " + "; ".join(failed_members[:5])
     else:
@@ -126,23 +140,23 @@ def record(conn: psycopg.Connection, instance: dict, verdict: Verdict, *, checke
     if not instance_run and current["updated_at"] <= started and current["status"] != goal \
             and current["status"] in ("running", "degraded", "failed"):
         truth.move_instance(conn, instance["id"], goal, reason[:1000], correlation_id)
-    before = {c["type"]: c for c in (current["health"] or {}).get("conditions", [])}
     conditions = [
-        _condition(before.get("ControlPlaneAvailable"), "ControlPlaneAvailable", verdict.control_plane,
-                   "Answered" if verdict.control_plane else "NoAnswer", verdict.control_plane_message, now),
+        _condition(before.get("ControlPlaneAvailable"), "ControlPlaneAvailable", control_plane,
+                   "Answered" if control_plane else "NoAnswer", verdict_message, now),
         _condition(before.get("MembersHealthy"), "MembersHealthy", not failed_members,
                    "AllMembersHealthy" if not failed_members else "MembersFailed", "; ".join(failed_members[:20]), now),
     ]
-    healthy = verdict.control_plane and not failed_members
+    healthy = control_plane and not failed_members
     conditions.append(_condition(before.get("Healthy"), "Healthy", healthy, "Checked" if healthy else "Unhealthy",
                                  "" if healthy else reason.removeprefix(PREFIX), now))
-    health = {"checked_at": now.isoformat(), "check": checked, "conditions": conditions}
+    health = {"checked_at": now.isoformat(), "check": checked, "conditions": conditions,
+              "control_plane_read": verdict.control_plane}
     conn.execute("UPDATE app_instances SET health = %s WHERE id = %s", (Jsonb(health), instance["id"]))
     was = before.get("Healthy", {}).get("status")
     if was != conditions[-1]["status"]:
         audit.append_event(conn, current, "healthy" if healthy else "unhealthy",
                            checked | {"failed_members": failed_members[:20],
-                                      "control_plane": verdict.control_plane,
+                                      "control_plane": control_plane,
                                       "reason": "" if healthy else reason.removeprefix(PREFIX)},
                            correlation_id=correlation_id)
-    return health
+    return unconfirmed

@@ -151,7 +151,8 @@ class Member(BaseModel):
     status: MemberStatus
     status_reason: str
     last_correlation_id: str | None
-    last_operation: LastOperation | None = Field(default=None, description="the latest operation that named it or ran on the whole instance since it joined")
+    last_operation: LastOperation | None = Field(
+        default=None, description="the latest operation that named it or ran on the whole instance since it joined")
     runtime: MemberRuntime = Field(default_factory=MemberRuntime)
     created_at: datetime
     updated_at: datetime
