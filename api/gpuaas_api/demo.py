@@ -113,6 +113,8 @@ class Demo:
     registry: tr.Registry | None = None
     signing_key: tr.SigningKey | None = None
     images: dict[str, str] = field(default_factory=dict)
+    # More GPUAAS_* variables for the worker start_service starts (e.g. a shorter health interval)
+    worker_env: dict[str, str] = field(default_factory=dict)
     _tarball: Path | None = None
 
     # -- the platform --------------------------------------------------------------------------
@@ -160,7 +162,7 @@ class Demo:
     def start_worker(self, log_name: str = "worker.log", **settings: str) -> subprocess.Popen:
         """A `gpuaas worker` process of this service, its output appended to `log_name` in the state dir;
         `settings` are more GPUAAS_* variables for it (e.g. GPUAAS_LEASE_SECONDS)."""
-        env = self.env() | settings
+        env = self.env() | self.worker_env | settings
         if self.registry:
             env["GPUAAS_PULL_CREDENTIAL_REGISTRIES"] = self.registry.address
         log = open(self.state_dir / log_name, "a")  # noqa: SIM115 - the process writes it until it ends

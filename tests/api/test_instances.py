@@ -14,11 +14,15 @@ from .world import SLURM_ADAPTER, create_instance, publish_app, register_allocat
 STATUSES = list(INSTANCE_TRANSITIONS)
 # Shortest legal path from created to each status.
 PATH = {"created": [], "starting": ["starting"], "running": ["starting", "running"],
+        "degraded": ["starting", "running", "degraded"],
         "stopping": ["starting", "running", "stopping"], "stopped": ["starting", "running", "stopping", "stopped"],
         "failed": ["failed"]}
 LEGAL = {("created", "starting"), ("created", "failed"), ("starting", "running"), ("starting", "failed"),
          ("starting", "stopping"), ("running", "stopping"), ("running", "failed"), ("stopping", "stopped"),
-         ("stopping", "failed"), ("failed", "stopping"), ("failed", "starting")}
+         ("stopping", "failed"), ("failed", "stopping"), ("failed", "starting"), ("starting", "degraded"),
+         ("running", "degraded"), ("degraded", "running"), ("degraded", "stopping"), ("degraded", "failed")}
+# Legal for a health check alone (instances.rules.CHECK_ONLY): refused to anyone else, break-glass included.
+CHECK_ONLY = {("failed", "running"), ("failed", "degraded")}
 
 
 def test_instance_is_created_with_effective_runtime_topology_and_members(world):
@@ -121,6 +125,11 @@ def test_instance_state_machine_allows_exactly_the_legal_edges(world, database):
                 with pytest.raises(ApiError) as exc:
                     service.transition_instance(conn, iid, target, reason="test")
                 assert exc.value.code == "illegal_transition", (start, target)
+        if (start, target) in CHECK_ONLY:
+            with database.transaction() as conn:
+                row = service.transition_instance(conn, iid, target, reason="health check", by_check=True)
+            assert row["status"] == target
+            continue
         events = world.call("project_admin", "GET", f"/v1/instances/{iid}/events", 200).json()["items"]
         expected = ["apps.instance.requested"] + [f"apps.instance.{s}" for s in PATH[start]]
         if (start, target) in LEGAL:

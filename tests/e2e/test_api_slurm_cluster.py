@@ -11,6 +11,7 @@ import io
 import json
 import os
 import shutil
+import subprocess
 import tarfile
 import tempfile
 import time
@@ -36,7 +37,9 @@ if not shutil.which("podman"):
 @pytest.fixture(scope="module")
 def demo():
     lines = []
-    d = Demo(prefix=f"e2e{uuid.uuid4().hex[:6]}", say=lines.append)
+    # Health checks every 10 s (20 s by default), so that the day-2 tests wait less.
+    d = Demo(prefix=f"e2e{uuid.uuid4().hex[:6]}", say=lines.append,
+             worker_env={"GPUAAS_HEALTH_INTERVAL_SECONDS": "10"})
     d.lines = lines
     try:
         d.start_service()
@@ -71,8 +74,11 @@ def test_deploy_runs_jobs_and_reports_running(demo):
     assert sorted(demo.slurm("srun --immediate=30 -N2 hostname").split()) == ["w1", "w2"]
 
     types = [e["type"] for e in demo.events(correlation_id=op["correlation_id"])]
-    for expected in ("apps.instance.starting", "member_added", "start_completed", "healthy", "apps.instance.running"):
+    for expected in ("apps.instance.starting", "member_added", "start_completed", "apps.instance.running"):
         assert expected in types, f"{expected} missing from {types}"
+    # healthy is read by the health check (due at once after a deploy), never claimed by the deploy
+    healthy = wait_event(demo, "healthy")
+    assert healthy["payload"]["module"] == "gpuaas.apps.slurm_info" and healthy["payload"]["hosts"] == 3
     assert types.index("start_completed") > types.index("run.playbook_stats")
     sample = demo.events(type="apps.instance.running")[0]
     for key in ("correlation_id", "tenant_id", "project_id", "app_slug", "operating_mode", "control_plane_scope",
@@ -208,6 +214,82 @@ def test_remove_and_replace_keep_the_cluster_working(demo):
     assert sorted(demo.slurm("srun --immediate=30 -N2 hostname").split()) == ["w3", "w4"]
 
 
+def wait_event(demo, event_type: str, timeout: float = 60, after: int = 0) -> dict:
+    deadline = time.monotonic() + timeout
+    while True:
+        found = [e for e in demo.events(type=event_type) if e["id"] > after]
+        if found:
+            return found[0]
+        assert time.monotonic() < deadline, f"no {event_type} event within {timeout} s"
+        time.sleep(1)
+
+
+def wait_status(demo, host: str, status: str, timeout: float = 90) -> float:
+    """Seconds until the member on `host` has `status` (asserting it comes within `timeout`)."""
+    started = time.monotonic()
+    while (now := demo.member(host))["status"] != status:
+        assert time.monotonic() - started < timeout, f"{host} is {now['status']}, not {status}, after {timeout} s"
+        time.sleep(0.5)
+    return time.monotonic() - started
+
+
+def test_a_killed_worker_is_failed_within_60_s_and_replaced_with_capacity_restored(demo):
+    """Issue 23: the health check notices a dead host on its own, and the platform decides to force the
+    replace (never a tenant parameter): the controller forgets the dead node, the new member joins, a
+    job runs on it, and the dead host is cleaned once it is back."""
+    assert statuses(demo) == {"ctl": "active", "w3": "active", "w4": "active"}
+    wait_event(demo, "healthy")
+    job = demo.slurm("sbatch --parsable -w w4 --output=/dev/null --wrap 'sleep 600'")
+    wait_running(demo, job)
+    subprocess.run(["podman", "kill", demo.hosts["w4"]["container"]], check=True, capture_output=True)
+    detected = wait_status(demo, "w4", "failed", timeout=60)
+    dead = demo.member("w4")
+    assert dead["status_reason"].startswith("health check: host w4 unreachable"), dead["status_reason"]
+    assert dead["runtime"]["reachable"] is False
+    got = demo.sa.get(f"/v1/instances/{demo.ids['instance']}")
+    assert got["status"] == "degraded" and "w4" in got["status_reason"]
+    workers = next(r for r in got["topology"]["roles"] if r["name"] == "worker")
+    assert workers["members_by_status"] == {"active": 1, "failed": 1}
+    assert statuses(demo)["w3"] == "active" and statuses(demo)["ctl"] == "active"
+    demo.say(f"w4 killed: failed after {detected:.1f} s")
+
+    op = demo.operate(f"/members/{dead['id']}/replace", {"allocation_id": demo.ids["pool-a"], "host_name": "w1"})
+    assert op["status"] == "succeeded", op
+    assert set(statuses(demo)) == {"ctl", "w3", "w1"}
+    assert set(node_states(demo)) == {"w3", "w1"}
+    assert sorted(demo.slurm("srun --immediate=30 -N2 hostname").split()) == ["w1", "w3"]
+    pending = demo.events(type="host_cleanup_pending")
+    assert [e["payload"]["node_name"] for e in pending] == ["w4"]
+    # the host waits for its cleanup: nothing new is placed on it meanwhile
+    refused = demo.sa.http.post(f"/v1/instances/{demo.ids['instance']}/members",
+                                json={"role": "worker", "allocation_id": demo.ids["pool-b"], "host_name": "w4"},
+                                headers={"Authorization": f"Bearer {demo.sa.token}"})
+    assert refused.status_code == 409 and refused.json()["error"]["code"] == "host_in_use", refused.text
+    recovered = wait_event(demo, "apps.instance.running", after=pending[0]["id"])
+    assert recovered["payload"]["reason"].startswith("health check: ")
+
+    # back: the cleanup playbook runs there and leaves nothing of the app
+    subprocess.run(["podman", "start", demo.hosts["w4"]["container"]], check=True, capture_output=True)
+    testhosts.wait_for_ssh(demo.hosts["w4"]["address"])
+    cleaned = wait_event(demo, "host_cleaned", timeout=120)
+    assert cleaned["payload"]["node_name"] == "w4"
+    assert demo.host_sh("w4", "pgrep -x 'slurmd|munged' || true") == ""
+    assert demo.host_sh("w4", "ls /etc/slurm/slurm.conf /etc/munge/munge.key 2>/dev/null || true") == ""
+
+
+def test_a_dead_controller_fails_the_instance_within_60_s_and_its_return_brings_it_back(demo):
+    before = demo.events()[-1]["id"]
+    demo.host_sh("ctl", "systemctl kill -s KILL slurmctld")
+    failed = wait_event(demo, "apps.instance.failed", timeout=60, after=before)
+    assert failed["payload"]["reason"].startswith("health check: the control plane did not answer"), failed
+    assert demo.member("ctl")["status"] == "failed"
+    assert {demo.member(h)["status"] for h in ("w1", "w3")} == {"active"}  # nothing read them: left alone
+    demo.host_sh("ctl", "systemctl start slurmctld")
+    back = wait_event(demo, "apps.instance.running", timeout=60, after=failed["id"])
+    assert back["payload"]["from"] == "failed"
+    assert statuses(demo) == {"ctl": "active", "w1": "active", "w3": "active"}
+
+
 # v2's own copy renders another slurm.conf (not ClusterName: slurmctld refuses a renamed cluster).
 V2_ROLE_DEFAULTS = {"slurm_controller": {"slurm_controller_extra_config": {"MessageTimeout": 25}}}
 
@@ -253,13 +335,14 @@ def timed(demo, path: str, body: dict | None = None) -> tuple[dict, float]:
 
 
 def test_upgrade_runs_each_versions_own_pinned_build(demo, rollout, tmp_path):
-    hosts = ["ctl", "w3", "w4"]
+    # w4 died and was replaced by w1 (test_a_killed_worker_...)
+    hosts = ["ctl", "w1", "w3"]
     assert set(statuses(demo)) == set(hosts)
     # Two builds of every Slurm and munge package, made on each host from what it has (no mirror has two).
     with ThreadPoolExecutor(len(hosts)) as pool:
         installed = dict(zip(hosts, pool.map(
             lambda h: local_repo(demo.hosts[h]["container"], ["gpuaas1", "gpuaas2"]), hosts), strict=True))
-    assert installed["w3"] == installed["w4"] == installed["ctl"]
+    assert installed["w3"] == installed["w1"] == installed["ctl"]
     installed = installed["ctl"]
 
     def pins(suffix):
@@ -328,12 +411,12 @@ def test_rollback_returns_to_the_previous_build_exactly(demo, rollout):
     (rolled_back,) = demo.events(correlation_id=op["correlation_id"], type="apps.instance.rolled_back")
     assert rolled_back["payload"] == {"from": v2.version, "to": v1.version}
 
-    for host in ("ctl", "w3", "w4"):
+    for host in ("ctl", "w1", "w3"):
         assert package_versions(demo, host) == rollout["expected"]("gpuaas1"), host
     assert demo.slurm("sha256sum /etc/slurm/slurm.conf").split()[0] == rollout["v1_conf"]
     assert slurm_config(demo)["MessageTimeout"] == "10 sec"
     assert job_state(demo, job) == "RUNNING"
-    assert sorted(demo.slurm("srun --immediate=30 -N2 hostname").split()) == ["w3", "w4"]
+    assert sorted(demo.slurm("srun --immediate=30 -N2 hostname").split()) == ["w1", "w3"]
     demo.slurm(f"scancel {job}")
     deadline = time.monotonic() + 60
     while job_state(demo, job) != "":
@@ -370,6 +453,6 @@ def test_decommission_tears_everything_down(demo):
     assert demo.sa.get(f"/v1/instances/{demo.ids['instance']}")["status"] == "stopped"
     types = [e["type"] for e in demo.events(correlation_id=op["correlation_id"])]
     assert "apps.instance.deleting" in types and "apps.instance.deleted" in types, types
-    for host in ("ctl", "w2", "w3", "w4"):
+    for host in ("ctl", "w1", "w2", "w3", "w4"):
         assert demo.host_sh(host, "pgrep -x 'slurmctld|slurmd|munged' || true") == ""
         assert demo.host_sh(host, "ls /etc/slurm/slurm.conf /etc/munge/munge.key 2>/dev/null || true") == ""

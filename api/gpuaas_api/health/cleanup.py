@@ -49,7 +49,7 @@ def finish(conn: psycopg.Connection, cleanup: dict, error: str | None, interval_
                            "attempts": cleanup["attempts"]}, member_id=cleanup["member_id"],
                            correlation_id=cleanup["correlation_id"])
         return
-    pause = min(MAX_PAUSE_SECONDS, interval_seconds * 2 ** min(cleanup["attempts"], 10))
+    pause = min(MAX_PAUSE_SECONDS, interval_seconds * cleanup["attempts"])
     conn.execute("""UPDATE host_cleanups SET lease_until = NULL, last_error = %s,
                         next_try_at = now() + make_interval(secs => %s) WHERE id = %s""",
                  (error[:1000], pause, cleanup["id"]))

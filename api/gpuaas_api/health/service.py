@@ -139,7 +139,7 @@ def record(conn: psycopg.Connection, instance: dict, verdict: Verdict, *, checke
         reason = PREFIX + "every member answered"
     if not instance_run and current["updated_at"] <= started and current["status"] != goal \
             and current["status"] in ("running", "degraded", "failed"):
-        truth.move_instance(conn, instance["id"], goal, reason[:1000], correlation_id)
+        truth.move_instance(conn, instance["id"], goal, reason[:1000], correlation_id, by_check=True)
     conditions = [
         _condition(before.get("ControlPlaneAvailable"), "ControlPlaneAvailable", control_plane,
                    "Answered" if control_plane else "NoAnswer", verdict_message, now),

@@ -24,6 +24,8 @@ INSTANCE_TRANSITIONS: dict[str, frozenset[str]] = {
     "failed": frozenset({"starting", "stopping", "running", "degraded"}),
     "stopped": frozenset(),
 }
+# Moves only a health check makes: it alone knows that the control plane answers again.
+CHECK_ONLY = frozenset({("failed", "running"), ("failed", "degraded")})
 INSTANCE_EVENT = {status: f"apps.instance.{status}" for status in INSTANCE_TRANSITIONS}
 DELETABLE_STATUSES = frozenset({"created", "stopped"})
 
@@ -50,9 +52,13 @@ def member_event(before: str, after: str) -> str:
             "removing": "member_removing", "removed": "member_removed", "failed": "member_failed"}[after]
 
 
-def check_transition(table: dict[str, frozenset[str]], kind: str, current: str, target: str) -> None:
+def check_transition(table: dict[str, frozenset[str]], kind: str, current: str, target: str, *,
+                     by_check: bool = False) -> None:
     if target not in table:
         raise unprocessable("unknown_state", f"{target!r} is not a {kind} status", allowed=sorted(table))
+    if table is INSTANCE_TRANSITIONS and (current, target) in CHECK_ONLY and not by_check:
+        raise unprocessable("illegal_transition", f"only a health check moves an instance from {current} to {target}",
+                            current=current, target=target)
     if target not in table[current]:
         raise unprocessable("illegal_transition", f"{kind} cannot move from {current} to {target}",
                             current=current, target=target, allowed=sorted(table[current]))

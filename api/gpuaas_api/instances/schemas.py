@@ -95,8 +95,8 @@ class MemberRuntime(BaseModel):
     observed: str | None = Field(default=None, description="the status the check read; null: unknown")
     reason: str = ""
     details: dict[str, str | int | float | bool | None] = Field(
-        default_factory=dict, description="the app's runtime detail (e.g. a Slurm node's state and reason, the "
-        "image digest a replica runs, its probe answer)")
+        default_factory=dict, description="the app's runtime detail as its status module reports it (a scheduler "
+        "node's state and reason, the image a replica runs, its probe answer)")
 
 
 class LastOperation(BaseModel):

@@ -250,11 +250,12 @@ def create_instance(conn: psycopg.Connection, actor: Principal, project: dict, b
 
 def transition_instance(conn: psycopg.Connection, instance_id: UUID, target: str, *, reason: str,
                         actor: Principal = SYSTEM, correlation_id: str | None = None,
-                        break_glass: bool = False, payload: dict | None = None) -> dict:
-    """Move an instance to `target` if the move is legal; appends the lifecycle event (and an audit row
-    when a person caused it). Locks the instance row, so concurrent workers serialize here."""
+                        break_glass: bool = False, payload: dict | None = None, by_check: bool = False) -> dict:
+    """Move an instance to `target` if the move is legal (`by_check`: a health check asks, rules.CHECK_ONLY);
+    appends the lifecycle event (and an audit row when a person caused it). Locks the instance row, so
+    concurrent workers serialize here."""
     before = get_instance(conn, instance_id, lock=True)
-    rules.check_transition(rules.INSTANCE_TRANSITIONS, "instance", before["status"], target)
+    rules.check_transition(rules.INSTANCE_TRANSITIONS, "instance", before["status"], target, by_check=by_check)
     after = conn.execute(
         """UPDATE app_instances SET status = %s, status_reason = %s, updated_at = now()
             WHERE id = %s RETURNING *""",

@@ -48,14 +48,17 @@ def move_member(conn: psycopg.Connection, member_id: UUID, goal: str, reason: st
         instances.set_member_status(conn, member_id, step, reason=reason, correlation_id=cid)
 
 
-def move_instance(conn: psycopg.Connection, instance_id: UUID, goal: str, reason: str, cid: str) -> None:
+def move_instance(conn: psycopg.Connection, instance_id: UUID, goal: str, reason: str, cid: str, *,
+                  by_check: bool = False) -> None:
     current = instances.get_instance(conn, instance_id, include_deleted=True)
-    path = _path(irules.INSTANCE_TRANSITIONS, current["status"], goal)
+    table = irules.INSTANCE_TRANSITIONS if by_check else {
+        s: frozenset(t for t in to if (s, t) not in irules.CHECK_ONLY) for s, to in irules.INSTANCE_TRANSITIONS.items()}
+    path = _path(table, current["status"], goal)
     if path is None:
         log.warning("instance %s: no legal path from %s to %s", instance_id, current["status"], goal)
         return
     for step in path:
-        instances.transition_instance(conn, instance_id, step, reason=reason, correlation_id=cid)
+        instances.transition_instance(conn, instance_id, step, reason=reason, correlation_id=cid, by_check=by_check)
 
 
 def _members(conn, instance_id: UUID, statuses: tuple[str, ...]) -> list[dict]:
