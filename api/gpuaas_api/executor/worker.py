@@ -258,10 +258,16 @@ class Worker:
     def _outcome(self, op: dict, plan: planner.RunPlan, result) -> tuple:
         """(status, error, outcome, tarball) of a finished run."""
         outcome: dict = {"rc": result.rc, "stats": result.stats}
-        if result.status == "successful":
-            if op["kind"] == "refresh":
-                verdict = planner.read_back(plan, result)
+        if op["kind"] == "refresh" and result.status in ("successful", "failed"):
+            # An unreachable worker or a failed module on one host is part of what a refresh reads; only a
+            # control plane that did not answer leaves it nothing to tell.
+            verdict = planner.read_back(plan, result)
+            if verdict.control_plane:
                 outcome["observed"] = {mid: v.observed for mid, v in verdict.members.items() if v.observed}
+                return "succeeded", None, outcome, result.tarball
+            return "failed", {"code": "run_failed", "message": "the status read-back got no answer from the "
+                              f"control plane: {verdict.control_plane_message}"}, outcome, result.tarball
+        if result.status == "successful":
             return "succeeded", None, outcome, result.tarball
         if result.status == "canceled":
             return "canceled", {"code": "canceled", "message": "canceled while running; the run was stopped, "
