@@ -76,12 +76,12 @@ def _members(conn: psycopg.Connection, instance_id: UUID, statuses: list[str], a
 
 
 def build(conn: psycopg.Connection, settings: OperationSettings, op: dict, instance: dict) -> RunPlan:
-    target_version = op["params"].get("target_version_id")
-    version = get_version_by_id(conn, UUID(target_version) if target_version else instance["app_version_id"])
-    spec = stored_spec(version)
     kind = op["kind"]
     if kind == "refresh":
         return status_plan(conn, settings, instance)
+    target_version = op["params"].get("target_version_id")
+    version = get_version_by_id(conn, UUID(target_version) if target_version else instance["app_version_id"])
+    spec = stored_spec(version)
     statuses = list(LIVE) + (["pending", "failed"] if kind == "decommission" else [])
     members = _members(conn, instance["id"], statuses, op["member_ids"])
     run_inventory = _inventory(settings, spec, instance, members)
