@@ -14,6 +14,7 @@ import pytest
 from gpuaas_api.executor import plan as planner
 from gpuaas_api.health import service as health
 from gpuaas_api.health.checker import HealthChecker
+from prometheus_client import REGISTRY
 
 from .helpers import events, make_instance, members, wait_op
 
@@ -62,8 +63,13 @@ def member(ops, iid: str, node: str) -> dict:
     return next(m for m in members(ops, iid) if m["node_name"] == node)
 
 
+def checks_counted(result: str) -> float:
+    return REGISTRY.get_sample_value("gpuaas_health_check_duration_seconds_count", {"result": result}) or 0.0
+
+
 def test_a_failed_member_degrades_the_instance_then_recovers_with_events(ops, local_hosts):
     iid, nodes, marker = deployed(ops, "health")
+    degraded_checks = checks_counted("degraded")
     ctl = next(n for n, m in nodes.items() if m["role"] == "controller")
     w1, w2 = sorted(n for n, m in nodes.items() if m["role"] == "worker")
     (marker / "nodes.json").write_text(json.dumps({w1: "active", w2: {"state": "failed", "details": {
@@ -73,6 +79,7 @@ def test_a_failed_member_degrades_the_instance_then_recovers_with_events(ops, lo
     assert member(ops, iid, w2)["runtime"]["observed"] == "failed"
     assert "unhealthy" not in [e["type"] for e in events(ops, iid)]
     check(ops, iid)  # the second read confirms it
+    assert checks_counted("degraded") == degraded_checks + 2
     got = instance(ops, iid)
     assert got["status"] == "degraded" and got["status_reason"].startswith("health check: 1 member(s) failed")
     conditions = {c["type"]: c for c in got["health"]["conditions"]}

@@ -22,6 +22,7 @@ from ..errors import ApiError
 from ..executor import plan as planner
 from ..executor import runner
 from ..executor.content import ContentRefused, run_content
+from ..observability import metrics
 from . import cleanup, service
 
 log = logging.getLogger(__name__)
@@ -81,8 +82,10 @@ class HealthChecker:
             collections_path = run_content(self.settings, plan)
         except (ApiError, ContentRefused) as exc:
             log.info("health: instance %s cannot be checked: %s", instance["id"], exc)
+            metrics.health_checked("skipped", time.monotonic() - started)
             return False
         if not plan.checked_hosts:
+            metrics.health_checked("skipped", time.monotonic() - started)
             return False
         deadline = started + self.settings.health_timeout_seconds
         run_dir = Path(runner.scratch_dir("health"))
@@ -99,7 +102,9 @@ class HealthChecker:
                    "seconds": round(time.monotonic() - started, 2)}
         confirm_soon = retrying(self.db, f"health: instance {instance['id']}", lambda conn: service.record(
             conn, instance, verdict, checked=checked, correlation_id=cid), self.stop)
+        failed = sum(v.observed == "failed" for v in verdict.members.values())
+        seconds = time.monotonic() - started
+        metrics.health_checked("down" if not verdict.control_plane else "degraded" if failed else "healthy", seconds)
         log.info("health: instance %s checked in %.1f s: control plane %s, %d member(s) failed", instance["id"],
-                 time.monotonic() - started, "answers" if verdict.control_plane else "does not answer",
-                 sum(v.observed == "failed" for v in verdict.members.values()))
+                 seconds, "answers" if verdict.control_plane else "does not answer", failed)
         return confirm_soon

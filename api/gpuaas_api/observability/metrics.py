@@ -52,6 +52,12 @@ WORKER_HEARTBEATS = Counter(
 WORKER_LAST_HEARTBEAT = Gauge(
     "gpuaas_worker_last_heartbeat_timestamp_seconds",
     "Unix time of the worker's last heartbeat of either source", ["worker"])
+HEALTH_CHECK_SECONDS = Histogram(
+    "gpuaas_health_check_duration_seconds",
+    "One health check of an instance, from its claim to its recorded verdict, by what it read "
+    "(healthy; degraded: a member failed; down: the control plane did not answer; skipped: nothing to run)",
+    ["result"],
+    buckets=(0.5, 1, 2, 3, 5, 8, 13, 20, 30, 60))
 EVENTS_INGESTED = Counter(
     "gpuaas_events_ingested",
     "Run events (ansible-runner's, summarized) written to instance timelines, by event type", ["type"])
@@ -64,6 +70,10 @@ def heartbeat(worker: str, source: str) -> None:
 
 def operation_finished(kind: str, result: str, seconds: float) -> None:
     OPERATION_SECONDS.labels(kind, result).observe(seconds)
+
+
+def health_checked(result: str, seconds: float) -> None:
+    HEALTH_CHECK_SECONDS.labels(result).observe(seconds)
 
 
 def events_ingested(types: Iterable[str]) -> None:
