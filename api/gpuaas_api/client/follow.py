@@ -37,11 +37,18 @@ def timestamp(value: str | None) -> datetime | None:
     return moment if moment.tzinfo else moment.replace(tzinfo=UTC)
 
 
+# The payload keys a reader needs, in the order shown: an operation's, a run's, a member's node, a health
+# check's (what it ran: module, hosts, members, seconds) and a host cleanup's (the console's progress.js
+# shows the same).
+DESCRIBED = ("kind", "attempt", "node_name", "host_name", "host", "task", "status", "code", "module", "hosts",
+             "members", "seconds", "attempts", "reason", "message")
+
+
 def describe(event: dict) -> str:
     """One event as `type key=value ...` (the payload keys a reader needs)."""
     payload = event.get("payload") or {}
     parts = [event["type"]]
-    for key in ("kind", "attempt", "host", "task", "status", "code", "reason", "message"):
+    for key in DESCRIBED:
         if payload.get(key) not in (None, ""):
             parts.append(f"{key}={payload[key]}")
     return " ".join(parts)

@@ -27,6 +27,36 @@ def table(headers: list[str], rows: Iterable[Iterable[Any]]) -> str:
     return "\n".join("  ".join(v.ljust(w) for v, w in zip(row, widths, strict=True)).rstrip() for row in cells)
 
 
+def plural(count: Any, one: str) -> str:
+    """"1 host", "3 hosts" (as the console's plural())."""
+    return f"{count} {one}" + ("" if count == 1 else "s")
+
+
+def short_id(value: Any) -> str:
+    """An id's first 8 characters: enough for any command that takes an id (a unique prefix works)."""
+    return str(value)[:8]
+
+
+def word(value: Any) -> str:
+    """A scalar as a key=value line shows it: booleans as true/false, a value with spaces or quotes quoted."""
+    text = str(value).lower() if isinstance(value, bool) else str(value)
+    return json.dumps(text) if not text or any(c.isspace() or c in "\"=" for c in text) else text
+
+
+def read_line(runtime: dict) -> str:
+    """What the last health check read of a member, on one line: its reason, then the app's details as
+    key=value (by key; empty ones left out, and a detail `reason` that only repeats the reason)."""
+    reason = runtime.get("reason") or ""
+    details = [f"{key}={word(value)}" for key, value in sorted((runtime.get("details") or {}).items())
+               if value not in (None, "") and not (key == "reason" and value == reason)]
+    return "; ".join(part for part in (reason, " ".join(details)) if part)
+
+
+def last_operation(op: dict | None) -> str | None:
+    """A member's last operation in one cell: kind, status and short id."""
+    return f"{op['kind']} {op['status']} {short_id(op['id'])}" if op else None
+
+
 def event_line(event: dict) -> str:
     return f"{when(event['occurred_at'])}  {event['id']:>6}  {describe(event)}  [{event['correlation_id']}]"
 

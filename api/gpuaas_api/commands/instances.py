@@ -23,8 +23,31 @@ def register(sub: argparse._SubParsersAction) -> None:
     show.set_defaults(func=show_instance)
 
 
-def roles(instance: dict) -> str:
-    return ", ".join(f"{r['name']} {r['member_count']}/{r['desired_count']}" for r in instance["topology"]["roles"])
+def roles(instance: dict, by_status: bool = False) -> str:
+    """Each role's members of its desired count (`worker 2/2`), with `by_status` how many are in each status
+    (`worker 2/2 (1 active, 1 failed)`)."""
+    def counts(role: dict) -> str:
+        found = role.get("members_by_status") or {}
+        return f" ({', '.join(f'{n} {status}' for status, n in sorted(found.items()))})" if by_status and found else ""
+    return ", ".join(f"{r['name']} {r['member_count']}/{r['desired_count']}{counts(r)}"
+                     for r in instance["topology"]["roles"])
+
+
+def health(instance: dict, indent: str) -> list[str]:
+    """The last health check: when it ran and what (module, hosts, members, seconds), then each condition
+    with its status, reason, since when, and message."""
+    from ..client.render import plural, table, when
+
+    record = instance.get("health") or {}
+    if not record.get("checked_at"):
+        return ["not checked yet"]
+    check = record.get("check") or {}
+    ran = (f": {check['module']} on {plural(check.get('hosts'), 'host')}, {plural(check.get('members'), 'member')}"
+           f", {check.get('seconds')} s" if check.get("module") else "")
+    conditions = table(["CONDITION", "STATUS", "REASON", "SINCE", "MESSAGE"],
+                       [[c["type"], c["status"], c["reason"], when(c["last_transition_at"]), c["message"]]
+                        for c in record.get("conditions") or []])
+    return [f"checked {when(record['checked_at'])}{ran}"] + [indent + line for line in conditions.splitlines()]
 
 
 @command
@@ -63,7 +86,8 @@ def show_instance(args, client) -> int:
         ("status", instance["status"] + (f": {instance['status_reason']}" if instance.get("status_reason") else "")),
         ("mode", f"{instance['operating_mode']}, control plane {instance['control_plane_scope']}, "
                  f"backend {instance['runtime_backend']}"),
-        ("roles", roles(instance)),
+        ("roles", roles(instance, by_status=True)),
+        ("health", "\n".join(health(instance, " " * 12))),
         ("labels", ", ".join(f"{k}={v}" for k, v in sorted(instance["labels"].items())) or "-"),
         ("created", when(instance["created_at"])),
         ("updated", when(instance["updated_at"])),

@@ -69,16 +69,25 @@ def deploy_instance(args, client) -> int:
 @command
 def list_members(args, client) -> int:
     from ..client import lookup
-    from ..client.render import dump, table
+    from ..client.render import dump, last_operation, read_line, table, when
 
     instance = lookup.instance(client, args.instance, project_ref(args))
     members = lookup.members(client, instance["id"])
     if json_output(args):
         dump(members)
-    else:
-        print(table(["ROLE", "NODE", "HOST", "STATUS", "REASON", "ID"],
-                    [[m["role"], m["node_name"], m["host_name"], m["status"], m["status_reason"], m["id"]]
-                     for m in members]))
+        return 0
+    print(table(["ROLE", "NODE", "HOST", "STATUS", "REASON", "LAST OPERATION", "CORRELATION ID", "ID"],
+                [[m["role"], m["node_name"], m["host_name"], m["status"], m["status_reason"],
+                  last_operation(m.get("last_operation")), (m.get("last_operation") or {}).get("correlation_id"),
+                  m["id"]] for m in members]))
+    # What the last health check read of each member it read (none before an instance first runs).
+    checked = [m for m in members if (m.get("runtime") or {}).get("checked_at")]
+    if checked:
+        reachable = {True: "yes", False: "no"}
+        print()
+        print(table(["NODE", "CHECKED", "REACHABLE", "OBSERVED", "READ"],
+                    [[m["node_name"], when(m["runtime"]["checked_at"]), reachable.get(m["runtime"].get("reachable")),
+                      m["runtime"].get("observed"), read_line(m["runtime"])] for m in checked]))
     return 0
 
 
