@@ -115,6 +115,10 @@ class Demo:
     images: dict[str, str] = field(default_factory=dict)
     # More GPUAAS_* variables for the worker start_service starts (e.g. a shorter health interval)
     worker_env: dict[str, str] = field(default_factory=dict)
+    # What start_serve started (the address it serves on, the process) and restart_postgres started
+    serve_address: str = "127.0.0.1"
+    serve: subprocess.Popen | None = None
+    postgres: object | None = None
     _tarball: Path | None = None
 
     # -- the platform --------------------------------------------------------------------------
@@ -142,14 +146,9 @@ class Demo:
             _wait(lambda: _is_local_address(address) or started.done(), 180, f"the test network's gateway {address}")
             if not _is_local_address(address):
                 started.result()  # raises the registry's own failure
-        log_path = self.state_dir / "serve.log"
-        serve = subprocess.Popen([gpuaas, "serve", "--host", address, "--port", str(self.port)], env=self.env(),
-                                 stdout=log_path.open("w"), stderr=subprocess.STDOUT)
-        self.processes.append(serve)
+        self.serve_address = address
+        self.start_serve()
         base = f"http://{address}:{self.port}"
-        _wait(lambda: _ready(base) or serve.poll() is not None, 120, "the API to answer /readyz")
-        if serve.poll() is not None:
-            raise ApiError(f"gpuaas serve exited with {serve.returncode}: {_tail(log_path)}")
         token = subprocess.run([gpuaas, "admin", "bootstrap", "--email", "ops@demo.example"], env=self.env(),
                                check=True, capture_output=True, text=True).stdout.strip().split()[-1]
         self.admin = Api(base, token)
@@ -158,6 +157,58 @@ class Demo:
         self.processes.append(self.start_worker())
         self.say(f"control service on {base} (state in {self.state_dir}), one worker"
                  + (f"; registry {self.registry.address}" if self.registry else ""))
+
+    def start_serve(self) -> subprocess.Popen:
+        """`gpuaas serve` on the demo's address and port (again, after stop_serve), its output appended to
+        serve.log; returns once it answers /readyz."""
+        log_path = self.state_dir / "serve.log"
+        serve = subprocess.Popen([str(Path(sys.executable).parent / "gpuaas"), "serve", "--host", self.serve_address,
+                                  "--port", str(self.port)], env=self.env(),
+                                 stdout=log_path.open("a"), stderr=subprocess.STDOUT)
+        self.processes.append(serve)
+        self.serve = serve
+        base = f"http://{self.serve_address}:{self.port}"
+        _wait(lambda: _ready(base) or serve.poll() is not None, 120, "the API to answer /readyz")
+        if serve.poll() is not None:
+            raise ApiError(f"gpuaas serve exited with {serve.returncode}: {_tail(log_path)}")
+        return serve
+
+    def stop_serve(self, timeout: float = 60) -> int:
+        """SIGTERM to `serve`, as systemd stops it (it finishes its requests and stops the embedded
+        PostgreSQL it started); returns its exit status."""
+        self.serve.terminate()
+        return self.serve.wait(timeout)
+
+    def restart_postgres(self, down_seconds: float = 2.0) -> None:
+        """Restarts the embedded PostgreSQL as an operator restarts a server: a fast shutdown (SIGINT to the
+        postmaster, what `pg_ctl stop -m fast` sends), down for `down_seconds`, then started again in the
+        same data directory, as any gpuaas command starts it when none runs. The new server belongs to this
+        process (it stops at close(), or with this process): call this from a thread that lives as long
+        as the demo, since the kernel stops the server when the thread that started it ends."""
+        from .embedded_db import EmbeddedPostgres
+
+        data_dir = self.state_dir / "postgres"
+        pid_file = data_dir / "pgdata" / "postmaster.pid"
+        pid = int(pid_file.read_text().split()[0])
+        _stop_postgres(data_dir)
+        _wait(lambda: not Path(f"/proc/{pid}").exists(), 60, "the embedded PostgreSQL to stop")
+        time.sleep(down_seconds)
+        self.postgres = EmbeddedPostgres(data_dir)
+        self.postgres.start()
+
+    # -- faults on test hosts (podman), for the chaos soak ----------------------------------------------
+
+    def podman_host(self, action: str, host: str) -> None:
+        """`podman kill|start|pause|unpause` of a test host; `disconnect` and `connect` cut it from the test
+        network and put it back at its own address."""
+        container = self.hosts[host]["container"]
+        if action == "disconnect":
+            command = ["network", "disconnect", testhosts.NETWORK, container]
+        elif action == "connect":
+            command = ["network", "connect", "--ip", self.hosts[host]["address"], testhosts.NETWORK, container]
+        else:
+            command = [action, container]
+        subprocess.run(["podman", *command], check=True, capture_output=True, text=True, timeout=120)
 
     def start_worker(self, log_name: str = "worker.log", **settings: str) -> subprocess.Popen:
         """A `gpuaas worker` process of this service, its output appended to `log_name` in the state dir;
