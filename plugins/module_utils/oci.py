@@ -518,9 +518,21 @@ def normalize_probe(probe):
     return out
 
 
-def http_check(host, port, path, status, timeout):
-    """(ok, detail) for one GET; proxies from the environment are ignored (the probe targets the host)."""
+def _error_words(error):
+    """An OSError or URLError as a few lower-case words: 'connection refused', 'timed out'."""
+    reason = getattr(error, "reason", error)
+    if isinstance(reason, socket.timeout) or "timed out" in str(reason):
+        return "timed out"
+    words = getattr(reason, "strerror", None) or str(reason)
+    return words[:1].lower() + words[1:]
+
+
+def http_answer(host, port, path, status, timeout):
+    """One GET: (ok, target, answer, code). The answer is 'HTTP <code>' or why none came ('connection
+    refused', 'timed out'); code the HTTP status or None. Proxies from the environment are ignored (the
+    probe targets the host)."""
     url = "http://%s:%d%s" % ("[%s]" % host if ":" in host else host, port, path)
+    target = "GET %s" % url
     opener = build_opener(ProxyHandler({}))
     try:
         response = opener.open(url, timeout=timeout)
@@ -529,19 +541,31 @@ def http_check(host, port, path, status, timeout):
     except HTTPError as error:
         code = error.code
     except (URLError, socket.error, socket.timeout, ValueError) as error:
-        reason = getattr(error, "reason", error)
-        return False, "GET %s: %s" % (url, reason)
+        return False, target, _error_words(error), None
     ok = status[0] <= code <= status[1]
-    return ok, "GET %s: HTTP %d%s" % (url, code, "" if ok else " (expected %d-%d)" % tuple(status))
+    return ok, target, "HTTP %d%s" % (code, "" if ok else " (expected %d-%d)" % tuple(status)), code
 
 
-def tcp_check(host, port, timeout):
+def tcp_answer(host, port, timeout):
+    """One connection: (ok, target, answer, None)."""
+    target = "tcp %s:%d" % (host, port)
     try:
         sock = socket.create_connection((host, port), timeout=timeout)
         sock.close()
-        return True, "tcp %s:%d: connected" % (host, port)
+        return True, target, "connected", None
     except (socket.error, socket.timeout) as error:
-        return False, "tcp %s:%d: %s" % (host, port, error)
+        return False, target, _error_words(error), None
+
+
+def http_check(host, port, path, status, timeout):
+    """(ok, detail) for one GET."""
+    ok, target, answer, code = http_answer(host, port, path, status, timeout)
+    return ok, "%s: %s" % (target, answer)
+
+
+def tcp_check(host, port, timeout):
+    ok, target, answer, code = tcp_answer(host, port, timeout)
+    return ok, "%s: %s" % (target, answer)
 
 
 class Podman:
@@ -640,30 +664,54 @@ def kill_marked(mark, proc_dir="/proc"):
     return killed
 
 
+def container_status(state):
+    """A container's status from podman inspect ('running', 'exited', 'paused', ...), 'absent' for None."""
+    return (state.get("State") or {}).get("Status", "unknown") if state else "absent"
+
+
+def look(podman, probe, container, state, timeout=None):
+    """One look with ``probe`` (from normalize_probe()) at a workload whose container's podman inspect is
+    ``state`` (None: it has none), each at most ``timeout`` seconds (the probe's own timeout when
+    shorter): {ok, target, answer, code}. An http or tcp probe asks even when the container does not run
+    (what answers on its port is worth knowing); a command probe needs it running."""
+    timeout = probe["timeout"] if timeout is None else min(timeout, probe["timeout"])
+    kind, status = probe["type"], container_status(state)
+    if kind == "none" or (kind == "command" and status != "running"):
+        running = status == "running"
+        return dict(ok=running, target="container %s" % container, code=None,
+                    answer="running" if running else "not probed: the container is %s" % status)
+    if kind == "http":
+        ok, target, answer, code = http_answer(probe["host"], probe["port"], probe["path"], probe["status"], timeout)
+    elif kind == "tcp":
+        ok, target, answer, code = tcp_answer(probe["host"], probe["port"], timeout)
+    else:
+        target, code = "command %s" % " ".join(probe["command"]), None
+        mark = "%s=%s" % (PROBE_MARK, uuid.uuid4().hex)
+        rc, out, err = podman.run_timed(["exec", "--env", mark, container] + probe["command"], timeout)
+        if rc is None:
+            kill_marked(mark)
+            ok, answer = False, "no answer within %gs" % timeout
+        else:
+            lines = (err or out or "").strip().splitlines()
+            ok, answer, code = rc == 0, "rc=%s%s" % (rc, (": " + lines[-1]) if lines else ""), rc
+    if answer == "timed out":
+        answer = "timed out after %gs" % timeout
+    return dict(ok=ok, target=target, answer=answer, code=code)
+
+
 def probe_once(podman, probe, container):
     """(ok, detail) for one look with ``probe`` (from normalize_probe()) at a workload whose container
-    is ``container``."""
+    is ``container``: ready when the container runs and the probe answers."""
     state = podman.container(container)
-    if state is None:
-        return False, "container %s does not exist" % container
-    status = (state.get("State") or {}).get("Status", "unknown")
+    status = container_status(state)
     if status != "running":
-        exit_code = (state.get("State") or {}).get("ExitCode")
-        return False, "container %s is %s (exit code %s)" % (container, status, exit_code)
-    kind = probe["type"]
-    if kind == "none":
+        exit_code = (state.get("State") or {}).get("ExitCode") if state else None
+        return False, ("container %s does not exist" % container if state is None
+                       else "container %s is %s (exit code %s)" % (container, status, exit_code))
+    answer = look(podman, probe, container, state)
+    if probe["type"] == "none":
         return True, "container %s is running" % container
-    if kind == "http":
-        return http_check(probe["host"], probe["port"], probe["path"], probe["status"], probe["timeout"])
-    if kind == "tcp":
-        return tcp_check(probe["host"], probe["port"], probe["timeout"])
-    mark = "%s=%s" % (PROBE_MARK, uuid.uuid4().hex)
-    rc, out, err = podman.run_timed(["exec", "--env", mark, container] + probe["command"], probe["timeout"])
-    if rc is None:
-        kill_marked(mark)
-        return False, "command %s: no answer within %gs" % (" ".join(probe["command"]), probe["timeout"])
-    detail = (err or out or "").strip().splitlines()
-    return rc == 0, "command %s: rc=%s%s" % (" ".join(probe["command"]), rc, (": " + detail[-1]) if detail else "")
+    return answer["ok"], "%s: %s" % (answer["target"], answer["answer"])
 
 
 def wait_ready(podman, probe, container, deadline=None, clock=time.monotonic, sleep=time.sleep):
@@ -679,6 +727,92 @@ def wait_ready(podman, probe, container, deadline=None, clock=time.monotonic, sl
         if ok or elapsed + probe["interval"] > limit:
             return ok, attempts, elapsed, detail
         sleep(probe["interval"])
+
+
+# ---- health: what one replica looks like now -------------------------------------------------------
+UNIT_PROPERTIES = ("LoadState", "ActiveState", "SubState", "ExecMainStatus", "NRestarts")
+# What the platform stores per member: at most this many keys, strings at most this long.
+DETAIL_KEYS, DETAIL_CHARS = 16, 200
+
+
+def unit_state(module, systemctl, unit):
+    """``systemctl show``'s properties UNIT_PROPERTIES of ``unit`` (one command); {} when systemctl cannot say."""
+    rc, out, err = module.run_command([systemctl, "show", unit, "--property=" + ",".join(UNIT_PROPERTIES)],
+                                      check_rc=False, environ_update={"LC_ALL": "C", "LANG": "C"})
+    return dict(line.split("=", 1) for line in (out or "").splitlines() if "=" in line) if rc == 0 else {}
+
+
+def _number(text):
+    try:
+        return int(text)
+    except (TypeError, ValueError):
+        return None
+
+
+def unit_words(props):
+    """The unit's state in a few words: 'active', 'inactive (exit code 137)', 'activating (auto-restart, exit
+    code 137)', 'not installed'."""
+    if props.get("LoadState") == "not-found":
+        return "not installed"
+    active, sub = props.get("ActiveState") or "unknown", props.get("SubState") or ""
+    extra = [sub] if sub not in ("", active, "dead", "running") else []
+    code = _number(props.get("ExecMainStatus"))
+    if code and active != "active":
+        extra.append("exit code %d" % code)
+    return "%s (%s)" % (active, ", ".join(extra)) if extra else active
+
+
+def digest_of(reference):
+    """The sha256:<hex> of an image reference, or '' when it names none."""
+    digest = (reference or "").rpartition("@")[2]
+    return digest if _DIGEST_RE.fullmatch(digest) else ""
+
+
+def replica_health(name, record, unit_props, state, answer, pinned=""):
+    """How one workload of a host is, judged from what was read now: its record (None: not deployed here),
+    its unit's properties (unit_state()), its container's podman inspect (None: none), the probe's answer
+    (look(); None when not probed) and the image the platform pins (``pinned``, '' when unknown: then the
+    record's). Returns (healthy, details): details are at most DETAIL_KEYS scalars, ``reason`` saying why
+    it is not healthy ('' when it is)."""
+    unit, container = unit_name(name), container_name(name)
+    record = record or {}
+    status = container_status(state)
+    state_info = (state or {}).get("State") or {}
+    running_digest = (state or {}).get("ImageDigest") or ""
+    recorded_digest = digest_of(record.get("image"))
+    pinned_digest = digest_of(pinned) or recorded_digest
+    details = {
+        "workload": name,
+        "unit": unit_words(unit_props),
+        "restarts": _number(unit_props.get("NRestarts")),
+        "container": status,
+        "exit_code": None if status in ("running", "absent") else _number(state_info.get("ExitCode")),
+        "started_at": (state_info.get("StartedAt") or "") if status == "running" else "",
+        "image": (state or {}).get("ImageName") or "",
+        "running_digest": running_digest,
+        "pinned_digest": pinned_digest,
+        "digest_matches": (running_digest == pinned_digest) if running_digest and pinned_digest else None,
+        "probe": answer["answer"] if answer else None,
+        "probe_target": answer["target"] if answer else None,
+        "probe_code": answer["code"] if answer else None,
+        "probe_ok": answer["ok"] if answer else None,
+    }
+    if not record:
+        reason = "the workload %s is not deployed on this host (no %s)" % (name, record_path(name, RECORD_DIR))
+    elif unit_props.get("ActiveState") != "active":
+        reason = "the unit %s is %s" % (unit, details["unit"])
+    elif status != "running":
+        exited = "" if details["exit_code"] is None else " (exit code %s)" % details["exit_code"]
+        reason = "the container %s is %s%s" % (container, status, exited)
+    elif running_digest != recorded_digest:
+        reason = "the container runs %s, not the image deployed here (%s)" % (
+            running_digest or details["image"] or "an unknown image", recorded_digest or record.get("image"))
+    elif answer and not answer["ok"]:
+        reason = "the probe got %s from %s" % (answer["answer"], answer["target"])
+    else:
+        reason = ""
+    details["reason"] = reason
+    return not reason, dict((k, v[:DETAIL_CHARS] if isinstance(v, str) else v) for k, v in details.items())
 
 
 # ---- the record a workload keeps on its host ------------------------------------------------------

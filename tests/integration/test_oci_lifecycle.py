@@ -4,7 +4,8 @@ signed images (gpuaas_api.testhosts, gpuaas_api.testregistry).
 Two replicas: r1 runs Debian 13 (podman 5.4, which verifies sigstore signatures), r2 Debian 12 (podman 4.3.1
 as Debian ships it: it cannot verify them, so r2 accepts unsigned images explicitly, oci_trust_unsigned). The
 tests run in order and share the hosts: a tag refused, deploy, refused images, member add, a rolling upgrade
-with registry credentials, a failed pull, rollback, refresh, member remove, decommission.
+with registry credentials, a failed pull, rollback, the health read-back (a killed and a deaf replica, then
+recovery), a forced member remove while r2's host is paused, the cleanup of r2 once it answers, decommission.
 
 Test hosts are containers: their inner containers get no cgroups (oci_workload_cgroups=false) and only host
 networking. They have no GPU either: a CDI spec for `nvidia.com/gpu=all` that only sets an environment
@@ -87,12 +88,13 @@ class Replicas:
         path.write_text(json.dumps(inventory, indent=1))
         return path
 
-    def playbook(self, name: str, *args: str, inventory: Path | None = None, **extra) -> PlaybookRun:
+    def playbook(self, name: str, *args: str, inventory: Path | None = None, timeout: float = 600,
+                 **extra) -> PlaybookRun:
         cmd = [ANSIBLE_PLAYBOOK, "-i", str(inventory or self.inventory()), f"gpuaas.apps.{name}", *args]
         for key, value in extra.items():
             cmd += ["-e", json.dumps({key: value})]
         started = time.monotonic()
-        proc = subprocess.run(cmd, capture_output=True, text=True, env=oci_env(), timeout=600, check=False)
+        proc = subprocess.run(cmd, capture_output=True, text=True, env=oci_env(), timeout=timeout, check=False)
         output = proc.stdout + proc.stderr
         recap = {m[1]: {"changed": int(m[3]), "failed": int(m[5])} for m in RECAP.finditer(output)}
         (self.workdir / f"{name}-{int(time.time() * 1000)}.log").write_text(output)
@@ -125,9 +127,10 @@ class Replicas:
         with urllib.request.urlopen(url, timeout=timeout) as response:  # noqa: S310 - our own test host
             return response.read().decode().strip()
 
-    def status(self, replicas: list[str]) -> dict[str, dict]:
-        """The adapter's status read-back, run the way the platform's refresh runs it: ansible-runner, the
-        status module with the descriptor's options plus the members, on every host of the status role."""
+    def status(self, replicas: list[str], **extravars) -> dict[str, dict]:
+        """The adapter's status read-back, run the way the platform's refresh and health check run it:
+        ansible-runner, the status module with the descriptor's options plus the members, on every host of the
+        status role, the run's variables (the pinned image) in a vars file."""
         descriptor = yaml.safe_load((ROOT / "adapters" / "oci_service.yml").read_text())
         status = descriptor["status"]
         group = next(r for r in descriptor["roles"] if r["name"] == status["role"])["groups"][0]
@@ -135,13 +138,14 @@ class Replicas:
         results: dict[str, dict] = {}
 
         def collect(event):
-            if event.get("event") == "runner_on_ok":
+            if event.get("event") in ("runner_on_ok", "runner_on_failed"):
                 results[event["event_data"]["host"]] = event["event_data"]["res"]
 
         private = self.workdir / f"refresh-{int(time.time() * 1000)}"
         private.mkdir()
+        (private / "vars.json").write_text(json.dumps(extravars))
         ansible_runner.run(
-            private_data_dir=str(private), inventory=inventory,
+            private_data_dir=str(private), inventory=inventory, cmdline=f"-e @{private / 'vars.json'}",
             module=status["module"], module_args=json.dumps(status["options"] | {"members": replicas}),
             host_pattern=group, envvars=oci_env(), quiet=True, event_handler=collect,
         )
@@ -320,24 +324,89 @@ def test_rollback_returns_every_replica_to_the_kept_image(oci):
         assert oci.version(host) == "v1"
 
 
-def test_refresh_reports_a_stopped_replica_as_failed(oci):
-    oci.sh("r2", "systemctl stop gpuaas-oci-workload")
+def kill_and_stop(oci, host: str) -> None:
+    """SIGKILL the workload's container, then stop its unit before systemd restarts it: a dead replica that
+    stays dead, its exit status on record."""
+    oci.sh(host, "kill -9 $(podman inspect gpuaas-oci-workload --format '{{.State.Pid}}') && for i in $(seq 100); do "
+                 "systemctl is-active --quiet gpuaas-oci-workload || break; sleep 0.1; done; "
+                 "systemctl stop gpuaas-oci-workload")
+
+
+def test_health_read_back_says_what_runs_and_why_a_replica_failed_then_sees_it_recover(oci):
+    digest = {v: oci.refs[v].split("@")[1] for v in ("v1", "v2")}
+    started = time.monotonic()
+    states = oci.status(["r1", "r2"], oci_workload_image=oci.refs["v1"])
+    print(f"\nhealth read-back (2 replicas, ansible-runner): {time.monotonic() - started:.1f} s")
+    assert {h: r["member_states"] for h, r in states.items()} == {"r1": {"r1": "active"}, "r2": {"r2": "active"}}
+    for host in ("r1", "r2"):
+        details = states[host]["member_details"][host]
+        assert details["running_digest"] == digest["v1"] == details["pinned_digest"] and details["digest_matches"]
+        assert (details["unit"], details["container"], details["reason"]) == ("active", "running", "")
+        assert (details["probe"], details["probe_code"], details["probe_ok"]) == ("HTTP 200", 200, True)
+        assert details["probe_target"] == f"GET http://127.0.0.1:{PORT}/version.txt"
+        assert len(details) <= 16 and all(isinstance(v, str | int | bool | None) for v in details.values())
+    # The platform pins another image than the one running: said, not judged (the record's image runs).
+    pinned_v2 = oci.status(["r1"], oci_workload_image=oci.refs["v2"])["r1"]
+    assert pinned_v2["member_states"] == {"r1": "active"}
+    assert (pinned_v2["member_details"]["r1"]["pinned_digest"], pinned_v2["member_details"]["r1"]["digest_matches"]) \
+        == (digest["v2"], False)
+
+    # r2's container is killed and stays dead; r1's probe asks a port nobody listens on (its record edited).
+    record = "/var/lib/gpuaas-oci/workload.json"
+    kill_and_stop(oci, "r2")
+    oci.sh("r1", f"cp {record} /root/record.json && sed -i 's/\"port\": {PORT}/\"port\": 8099/' {record}")
     try:
         states = oci.status(["r1", "r2"])
-        assert states["r2"]["member_states"] == {"r2": "failed"}
-        assert states["r2"]["services"][0]["detail"] == "unit gpuaas-oci-workload.service is not active"
-        assert states["r1"]["member_states"] == {"r1": "active"}
+        assert {h: r["member_states"] for h, r in states.items()} == {"r1": {"r1": "failed"}, "r2": {"r2": "failed"}}
+        dead, deaf = states["r2"]["member_details"]["r2"], states["r1"]["member_details"]["r1"]
+        # Debian 12's systemd calls a unit stopped while it waited to restart failed, Debian 13's inactive.
+        assert re.fullmatch(r"the unit gpuaas-oci-workload\.service is (inactive|failed) \(exit code 137\)",
+                            dead["reason"]), dead
+        assert (dead["container"], dead["running_digest"], dead["digest_matches"]) == ("absent", "", None)
+        assert (dead["probe"], dead["probe_ok"]) == ("connection refused", False)
+        assert dead["pinned_digest"] == digest["v1"]
+        assert deaf["reason"] == "the probe got connection refused from GET http://127.0.0.1:8099/version.txt", deaf
+        assert (deaf["unit"], deaf["container"], deaf["running_digest"]) == ("active", "running", digest["v1"])
     finally:
+        oci.sh("r1", f"mv /root/record.json {record}")
         oci.sh("r2", "systemctl start gpuaas-oci-workload")
+    states = oci.status(["r1", "r2"])
+    assert {h: r["member_states"] for h, r in states.items()} == {"r1": {"r1": "active"}, "r2": {"r2": "active"}}
+    assert states["r2"]["member_details"]["r2"]["reason"] == ""
 
 
-def test_member_remove_leaves_nothing_on_the_replica_and_keeps_the_other(oci):
+def test_a_forced_remove_does_not_reach_the_unreachable_replica_and_keeps_the_other(oci):
     before = oci.container("r1")["Id"]
-    run = oci.playbook("oci_member_remove", oci_members="r2")
+    # A paused host accepts the connection and never answers: a run that tried to reach it would hang (ssh's
+    # ConnectTimeout ends at the TCP connection, not at the banner), hence the short limits.
+    subprocess.run(["podman", "pause", oci.hosts["r2"]["container"]], check=True, capture_output=True)
+    try:
+        stray = oci.playbook("oci_member_remove", timeout=120, oci_members="r2", oci_members_unreachable="r1")
+        assert stray.rc != 0 and stray.hosts_touched == set()
+        assert ("oci_members_unreachable names hosts that this request does not remove (it is for replicas of "
+                "oci_members that oci_member_remove removes): r1.") in stray.output, stray.output[-3000:]
+        run = oci.playbook("oci_member_remove", timeout=120, oci_members="r2", oci_members_unreachable="r2")
+        assert run.rc == 0, run.output[-4000:]
+        print(f"\noci_member_remove of an unreachable replica: {run.seconds:.1f} s")
+        assert run.hosts_touched == set(), run.recap
+    finally:
+        subprocess.run(["podman", "unpause", oci.hosts["r2"]["container"]], check=True, capture_output=True)
+    assert oci.container("r1")["Id"] == before and oci.version("r1") == "v1"
+    # Nothing reached r2: its replica still runs, for the cleanup to remove.
+    assert oci.version("r2") == "v1"
+
+
+def test_cleanup_removes_what_the_forced_remove_left_and_a_second_run_changes_nothing(oci):
+    alone = oci.inventory(["r2"])
+    run = oci.playbook("oci_member_cleanup", inventory=alone, oci_members="r2")
     assert run.rc == 0, run.output[-4000:]
-    assert run.hosts_touched == {"r2"} and "Nothing left on r2." in run.output
+    print(f"\noci_member_cleanup: {run.seconds:.1f} s")
+    assert run.hosts_touched == {"r2"} and run.changed["r2"] > 0 and "Nothing left on r2." in run.output
     assert_nothing_left(oci, "r2")
-    assert oci.container("r1")["Id"] == before
+    again = oci.playbook("oci_member_cleanup", inventory=alone, oci_members="r2")
+    assert again.rc == 0, again.output[-4000:]
+    assert set(again.changed.values()) == {0} and "Nothing left on r2." in again.output, again.recap
+    assert oci.version("r1") == "v1"
 
 
 def test_decommission_leaves_nothing(oci):

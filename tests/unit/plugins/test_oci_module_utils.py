@@ -387,9 +387,105 @@ def test_checks_of_a_closed_port_fail_with_the_reason():
         s.bind(("127.0.0.1", 0))
         closed = s.getsockname()[1]
     ok, detail = oci.http_check("127.0.0.1", closed, "/", [200, 399], 1)
-    assert not ok and "Connection refused" in detail
+    assert not ok and detail == f"GET http://127.0.0.1:{closed}/: connection refused"
     ok, detail = oci.tcp_check("127.0.0.1", closed, 1)
-    assert not ok and detail.startswith(f"tcp 127.0.0.1:{closed}:")
+    assert not ok and detail == f"tcp 127.0.0.1:{closed}: connection refused"
+
+
+# ---- health: one look, and the judgement the platform reads back -----------------------------------
+HTTP_PROBE = oci.normalize_probe({"type": "http", "port": 1, "path": "/ok"})
+RUNNING = {"State": {"Status": "running", "StartedAt": "2026-11-25T17:24:49Z"}, "ImageName": REF,
+           "ImageDigest": DIGEST}
+
+
+def test_a_look_gives_the_http_status_or_why_none_came(http_server):
+    answer = oci.look(None, HTTP_PROBE | {"port": http_server}, "gpuaas-oci-web", RUNNING)
+    assert answer == {"ok": True, "target": f"GET http://127.0.0.1:{http_server}/ok", "answer": "HTTP 200", "code": 200}
+    missing = oci.look(None, HTTP_PROBE | {"port": http_server, "path": "/gone"}, "gpuaas-oci-web", RUNNING)
+    assert (missing["ok"], missing["answer"], missing["code"]) == (False, "HTTP 404 (expected 200-399)", 404)
+    # An http probe asks even when the container does not run: what answers on its port is worth knowing.
+    assert oci.look(None, HTTP_PROBE | {"port": http_server}, "gpuaas-oci-web", None)["code"] == 200
+
+
+def test_a_look_at_a_workload_that_does_not_answer_ends_at_the_timeout_given():
+    with socket.socket() as deaf:  # listens, never accepts: the connection opens, no answer comes
+        deaf.bind(("127.0.0.1", 0))
+        deaf.listen(1)
+        port = deaf.getsockname()[1]
+        probe = oci.normalize_probe({"type": "http", "port": port, "timeout": 30})
+        answer = oci.look(None, probe, "gpuaas-oci-web", RUNNING, timeout=0.3)
+    assert (answer["ok"], answer["answer"], answer["code"]) == (False, "timed out after 0.3s", None)
+
+
+def test_a_command_or_none_probe_of_a_container_that_does_not_run_is_not_run():
+    command = oci.normalize_probe({"type": "command", "command": ["true"]})
+    paused = {"State": {"Status": "paused"}}
+    assert oci.look(None, command, "gpuaas-oci-web", paused) == {"ok": False, "target": "container gpuaas-oci-web",
+                                                                  "answer": "not probed: the container is paused",
+                                                                  "code": None}
+    assert oci.look(None, oci.normalize_probe(None), "gpuaas-oci-web", RUNNING)["ok"]
+    assert oci.look(None, oci.normalize_probe(None), "gpuaas-oci-web", None)["answer"] == \
+        "not probed: the container is absent"
+
+
+@pytest.mark.parametrize(("props", "words"), [
+    ({"LoadState": "loaded", "ActiveState": "active", "SubState": "running", "ExecMainStatus": "0"}, "active"),
+    ({"ActiveState": "inactive", "SubState": "dead", "ExecMainStatus": "0"}, "inactive"),
+    ({"ActiveState": "inactive", "SubState": "dead", "ExecMainStatus": "137"}, "inactive (exit code 137)"),
+    ({"ActiveState": "failed", "SubState": "failed", "ExecMainStatus": "137"}, "failed (exit code 137)"),
+    ({"ActiveState": "activating", "SubState": "auto-restart", "ExecMainStatus": "137"},
+     "activating (auto-restart, exit code 137)"),
+    ({"LoadState": "not-found", "ActiveState": "inactive"}, "not installed"),
+    ({}, "unknown"),
+])
+def test_a_units_state_in_a_few_words(props, words):
+    assert oci.unit_words(props) == words
+
+
+RECORD = {"image": REF, "probe": {"type": "http", "port": 8080}}
+ACTIVE = {"ActiveState": "active", "SubState": "running", "ExecMainStatus": "0", "NRestarts": "2"}
+ANSWERED = {"ok": True, "target": "GET http://127.0.0.1:8080/", "answer": "HTTP 200", "code": 200}
+REFUSED = {"ok": False, "target": "GET http://127.0.0.1:8080/", "answer": "connection refused", "code": None}
+OTHER = "sha256:" + "cd" * 32
+
+
+def test_a_healthy_replica_says_what_it_runs_and_what_its_probe_answered():
+    healthy, details = oci.replica_health("web", RECORD, ACTIVE, RUNNING, ANSWERED)
+    assert healthy and details == {
+        "workload": "web", "unit": "active", "restarts": 2, "container": "running", "exit_code": None,
+        "started_at": "2026-11-25T17:24:49Z", "image": REF, "running_digest": DIGEST, "pinned_digest": DIGEST,
+        "digest_matches": True, "probe": "HTTP 200", "probe_target": "GET http://127.0.0.1:8080/", "probe_code": 200,
+        "probe_ok": True, "reason": ""}
+    assert len(details) <= oci.DETAIL_KEYS
+    # The platform's pin, when given, is what the running digest is compared with; the health is the record's.
+    healthy, details = oci.replica_health("web", RECORD, ACTIVE, RUNNING, ANSWERED, pinned=f"r.example.com/a@{OTHER}")
+    assert healthy and (details["pinned_digest"], details["digest_matches"]) == (OTHER, False)
+
+
+@pytest.mark.parametrize(("record", "props", "state", "answer", "reason"), [
+    (None, {}, None, None, "the workload web is not deployed on this host (no /var/lib/gpuaas-oci/web.json)"),
+    (RECORD, {"ActiveState": "inactive", "SubState": "dead", "ExecMainStatus": "137"}, None, REFUSED,
+     "the unit gpuaas-oci-web.service is inactive (exit code 137)"),
+    (RECORD, ACTIVE, None, REFUSED, "the container gpuaas-oci-web is absent"),
+    (RECORD, ACTIVE, {"State": {"Status": "paused"}, "ImageDigest": DIGEST}, None,
+     "the container gpuaas-oci-web is paused"),
+    (RECORD, ACTIVE, {"State": {"Status": "exited", "ExitCode": 1}}, REFUSED,
+     "the container gpuaas-oci-web is exited (exit code 1)"),
+    (RECORD, ACTIVE, RUNNING | {"ImageDigest": OTHER}, ANSWERED,
+     f"the container runs {OTHER}, not the image deployed here ({DIGEST})"),
+    (RECORD, ACTIVE, RUNNING, REFUSED, "the probe got connection refused from GET http://127.0.0.1:8080/"),
+])
+def test_a_failed_replica_says_why_in_one_line(record, props, state, answer, reason):
+    healthy, details = oci.replica_health("web", record, props, state, answer)
+    assert not healthy and details["reason"] == reason
+
+
+def test_details_are_scalars_short_enough_to_store():
+    long_ref = f"r.example.com/{'a' * 240}@{DIGEST}"
+    healthy, details = oci.replica_health("web", {"image": long_ref}, ACTIVE, RUNNING | {"ImageName": long_ref}, None)
+    assert healthy and details["probe"] is None
+    assert all(v is None or isinstance(v, (str, int, bool)) for v in details.values())
+    assert max(len(v) for v in details.values() if isinstance(v, str)) == oci.DETAIL_CHARS
 
 
 # ---- the record -----------------------------------------------------------------------------------
