@@ -16,8 +16,8 @@ description:
     and returns the cluster as structured data. Changes nothing.
   - With O(members), also returns RV(member_states), each member's state in the platform's words, so the
     control service maps no Slurm state itself, and RV(member_details), the runtime detail it stores and shows.
-  - With O(view=self) it judges only the member on the host it runs on (O(node)), from that host alone:
-    failed when C(slurmd) or C(munged) does not run there (read from C(/proc), no systemd needed), active
+  - With O(view=self) it judges only the member on the host it runs on (O(node)), from that host alone.
+    It is failed when C(slurmd) or C(munged) does not run there (read from C(/proc), no systemd needed), active
     otherwise. It does not call the controller, which notices a dead C(slurmd) only after C(SlurmdTimeout)
     (300 s by default).
   - Written for Slurm 22.05 (Debian 12); with O(view=cluster) run it where C(scontrol) reaches the controller.
@@ -185,14 +185,14 @@ member_states:
   sample: {gpu01.example.org: active, gpu02.example.org: drained, gpu03.example.org: failed}
 member_details:
   description:
-    - For each member of RV(member_states), what the platform stores and shows: at most 16 scalar values,
+    - For each member of RV(member_states), what the platform stores and shows. At most 16 scalar values,
       strings cut to 200 characters.
-    - C(view) (V(cluster) or V(self)); C(reason), for a failed member one line saying why (C(node w1 is
-      DOWN+NOT_RESPONDING: Not responding), C(slurmd is not running on w1)), otherwise Slurm's reason or null.
-    - From the controller: C(slurm_state) (as C(scontrol) prints it, null for a node Slurm does not know),
+    - "C(view) (V(cluster) or V(self)); C(reason), for a failed member one line saying why (C(node w1 is
+      DOWN+NOT_RESPONDING: Not responding), C(slurmd is not running on w1)), otherwise Slurm's reason or null."
+    - From the controller, C(slurm_state) (as C(scontrol) prints it, null for a node Slurm does not know),
       C(reason_owner), C(running_jobs), C(cpus), C(real_memory), C(gres), C(features) and C(partitions)
       (comma-separated).
-    - From the member's own host: C(slurmd_running) and C(munged_running).
+    - From the member's own host, C(slurmd_running) and C(munged_running).
   returned: when RV(member_states) is
   type: dict
   sample:

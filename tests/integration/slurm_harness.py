@@ -119,10 +119,12 @@ class Cluster:
         path.write_text("\n".join(lines) + "\n")
         return path
 
-    def playbook(self, name: str, inventory: Path | None = None, timeout: float = 900, **extra_vars) -> PlaybookRun:
+    def playbook(self, name: str, inventory: Path | None = None, timeout: float = 900, verbose: bool = False,
+                 **extra_vars) -> PlaybookRun:
+        """Runs playbook gpuaas.apps.<name>; verbose (-v) shows what each task printed."""
         # As docs/slurm-playbooks.md tells operators: at least as many forks as hosts.
         cmd = [ANSIBLE_PLAYBOOK, "-i", str(inventory or self.inventory()), "--forks", str(max(5, len(self.hosts))),
-               f"gpuaas.apps.{name}"]
+               f"gpuaas.apps.{name}", *(["-v"] if verbose else [])]
         for key, value in extra_vars.items():
             # Strings as key=value, anything structured as JSON so Ansible keeps its type.
             cmd += ["-e", f"{key}={value}" if isinstance(value, str) else json.dumps({key: value})]
@@ -138,15 +140,27 @@ class Cluster:
         (self.workdir / f"{name}-{int(time.time() * 1000)}.log").write_text(output)
         return PlaybookRun(proc.returncode, output, seconds, recap)
 
-    def module(self, host: str, name: str, **args) -> dict:
-        """Runs module gpuaas.apps.<name> on one host of the cluster's inventory; returns its result."""
+    def module(self, host: str, name: str, check: bool = True, **args) -> dict:
+        """Runs module gpuaas.apps.<name> on one host of the cluster's inventory, as the platform's health check
+        runs its status module (ad hoc); returns its result. check=False returns a failed module's result too."""
         cmd = [ANSIBLE, "-i", str(self.inventory()), host, "-o", "-m", f"gpuaas.apps.{name}", "-a", json.dumps(args)]
         proc = subprocess.run(cmd, capture_output=True, text=True, env=ansible_env(), timeout=300, check=False)
-        # One line per host: "<host> | SUCCESS => {...}"
+        # One line per host: "<host> | SUCCESS => {...}" or "<host> | FAILED! => {...}"
         head, _, result = proc.stdout.partition(" => ")
-        if proc.returncode != 0 or "SUCCESS" not in head:
+        if check and (proc.returncode != 0 or "SUCCESS" not in head):
             raise AssertionError(f"{name} on {host} failed ({proc.returncode}): {proc.stdout}{proc.stderr}")
+        if not result.strip().startswith("{"):
+            raise AssertionError(f"{name} on {host} gave no result ({proc.returncode}): {proc.stdout}{proc.stderr}")
         return json.loads(result)
+
+    def pause(self, host: str) -> None:
+        """Freezes every process of the host (podman pause): it stops answering, as a hung or cut-off machine."""
+        subprocess.run(["podman", "pause", self.hosts[host]["container"]], check=True, capture_output=True, timeout=60)
+
+    def unpause(self, host: str) -> None:
+        """The paused host answers again, its processes as they were."""
+        subprocess.run(["podman", "unpause", self.hosts[host]["container"]], check=True, capture_output=True,
+                       timeout=60)
 
     def sh(self, host: str, command: str, check: bool = True, timeout: float = 120) -> str:
         proc = subprocess.run(

@@ -5,6 +5,7 @@ resume, remove (and a converge that refuses to bring the removed worker back), r
 Each checks real Slurm state, which hosts the run touched and which daemons it restarted.
 """
 
+import json
 import threading
 import time
 from concurrent.futures import ThreadPoolExecutor
@@ -262,6 +263,20 @@ def test_drain_waits_for_the_running_job_and_new_work_lands_elsewhere(cluster):
     assert_unchanged_second_run(cluster, "slurm_member_drain", slurm_members="w2")
 
 
+def test_reconfigure_proves_itself_on_the_nodes_not_drained(cluster):
+    """w2 is drained on purpose: the proof's job step cannot land there, so it runs on the others; with every
+    joining node drained none runs, and a line says so. Before, srun waited 30 s for w2 and failed the run."""
+    assert cluster.node_states()["w2"] == "drain"
+    run = cluster.playbook("slurm_reconfigure", verbose=True)
+    assert run.rc == 0, run.output[-4000:]
+    assert "drained on purpose, left out of the job step: w2" in run.output, run.output[-3000:]
+    only = cluster.playbook("slurm_reconfigure", inventory=cluster.inventory(workers=["w2"], name="w2.ini"),
+                            verbose=True)
+    assert only.rc == 0, only.output[-4000:]
+    assert "every node is drained (w2): no job step can run, so none proves them" in only.output
+    assert cluster.node_states()["w2"] == "drain"
+
+
 def test_resume_clears_only_our_drain(cluster):
     run = cluster.playbook("slurm_member_resume", slurm_members="w2")
     assert run.rc == 0, run.output[-4000:]
@@ -329,9 +344,84 @@ def test_a_converge_refuses_a_removed_worker_left_in_the_inventory_until_member_
     assert back.rc == 0, back.output[-4000:]
     assert set(cluster.node_states()) == {"w1", "w2", "w3"}
     assert_unchanged_second_run(cluster, "slurm_deploy")  # back in the cluster: a converge keeps it
-    gone = cluster.playbook("slurm_member_remove", slurm_members="w3")
-    assert gone.rc == 0, gone.output[-4000:]
+
+
+def test_the_health_check_sees_a_dead_slurmd_before_slurmctld_does(cluster):
+    """The descriptor's status read-back as the platform runs it: slurm_info on the controller (view=cluster) and
+    on each worker (view=self). A slurmd killed on w3 is failed at once in w3's own view, while slurmctld still
+    counts the node in service (it would notice after SlurmdTimeout, 300 s)."""
+    members = ["w1", "w2", "w3"]
+    ctl = cluster.module("ctl", "slurm_info", view="cluster", node="ctl", members=members)
+    assert ctl["member_states"] == {"w1": "active", "w2": "active", "w3": "active"}
+    assert ctl["member_details"]["w3"]["slurm_state"] == "IDLE" and ctl["member_details"]["w3"]["running_jobs"] == 0
+
+    cluster.sh("w3", "kill -KILL $(pgrep -x slurmd)")
+    mine = cluster.module("w3", "slurm_info", view="self", node="w3", members=members)
+    assert mine["member_states"] == {"w3": "failed"}
+    assert mine["member_details"]["w3"]["reason"] == "slurmd is not running on w3"
+    assert cluster.module("ctl", "slurm_info", node="ctl", members=members)["member_states"]["w3"] == "active"
+    cluster.sh("w3", "systemctl start slurmd")
+
+    # A controller that does not answer fails the read-back with one line, which the platform records.
+    cluster.sh("ctl", "systemctl stop slurmctld")
+    try:
+        down = cluster.module("ctl", "slurm_info", check=False, node="ctl", members=members)
+    finally:
+        cluster.sh("ctl", "systemctl start slurmctld")
+    assert "member_states" not in down, down
+    assert down["msg"].startswith("slurmctld does not answer (scontrol on ctl: ") and "\n" not in down["msg"], down
+    assert cluster.wait_node_state("w3", {"idle"}) == "idle"
+
+
+def test_a_forced_remove_never_connects_to_the_dead_host_and_cleanup_clears_it_later(cluster):
+    """w3's host stops answering while a job runs there. member_remove with slurm_members_unreachable=w3 (what
+    the platform sets from its health record) downs and forgets the node without connecting to w3 and without
+    the busy-node refusal. Once w3 answers again, slurm_member_cleanup, with only w3 in the inventory, stops what
+    still runs there (slurmd, munged, the job's step) and removes it. Before, the remove failed at "Stop and
+    disable slurmd" (UNREACHABLE), and the playbook named no cleanup."""
+    job = cluster.sh("ctl", "sbatch --parsable --no-requeue -w w3 --output=/dev/null --wrap 'sleep 600'")
+    assert cluster.wait_node_state("w3", {"alloc", "mix"}) in {"alloc", "mix"}
+    cluster.pause("w3")
+    try:
+        run = cluster.playbook("slurm_member_remove", slurm_members="w3", slurm_members_unreachable="w3")
+    finally:
+        cluster.unpause("w3")
+    assert run.rc == 0, run.output[-4000:]
+    print(f"\nslurm_member_remove of an unreachable worker: {run.seconds:.1f} s")
+    assert run.hosts_touched == {"ctl"}, run.recap
+    assert set(cluster.node_states()) == {"w1", "w2"}
+    registry = json.loads(cluster.sh("ctl", "cat /etc/slurm/gpuaas-nodes.json"))
+    assert "w3" in registry["removed"] and "w3" not in registry["nodes"], registry
+    assert cluster.sh("ctl", f"squeue --noheader --jobs={job}", check=False) == ""
+    assert sorted(cluster.sh("ctl", "srun --immediate=30 -N2 hostname").split()) == ["w1", "w2"]
     cluster.workers = ["w1", "w2"]
+
+    # w3 answers again, its slurmd and munged still running (the job's step too, unless a kill request slurmctld
+    # sent while w3 was frozen reached its slurmd first).
+    assert cluster.sh("w3", "pgrep -x slurmd && pgrep -x munged")
+    alone = cluster.inventory(controllers=[], workers=["w3"], name="cleanup.ini")
+    clean = cluster.playbook("slurm_member_cleanup", inventory=alone, slurm_members="w3")
+    assert clean.rc == 0, clean.output[-4000:]
+    print(f"slurm_member_cleanup: {clean.seconds:.1f} s")
+    assert "Nothing left on w3." in clean.output
+    assert clean.hosts_touched == {"w3"}
+    assert cluster.sh("w3", "pgrep -x 'slurmd|munged|slurmstepd|sleep' || true") == ""
+    left = cluster.sh("w3", "ls /etc/default/slurmd /var/lib/slurm/slurmd /etc/munge/munge.key 2>/dev/null || true")
+    assert left == ""
+    assert_unchanged_second_run(cluster, "slurm_member_cleanup", inventory=alone, slurm_members="w3")
+
+
+def test_a_reconfigure_with_no_worker_to_reach_runs_on_the_controller_alone(cluster):
+    """The platform leaves failed workers out of the inventory: with every worker failed, a reconfigure (and so an
+    upgrade or a rollback) still runs, on the controller, which keeps the nodes it knows. A deploy needs a
+    worker. Before, both failed with "The inventory has no host in group slurm_workers"."""
+    no_workers = cluster.inventory(workers=[], name="no-workers.ini")
+    refused = cluster.playbook("slurm_deploy", inventory=no_workers)
+    assert refused.rc != 0 and "The inventory has no host in group slurm_workers." in refused.output
+    run = cluster.playbook("slurm_reconfigure", inventory=no_workers)
+    assert run.rc == 0, run.output[-4000:]
+    assert run.hosts_touched == {"ctl"}
+    assert "Could not match supplied host pattern" not in run.output
     assert set(cluster.node_states()) == {"w1", "w2"}
 
 
@@ -358,6 +448,24 @@ def test_replace_joins_the_new_worker_before_draining_the_old(cluster):
     assert sorted(cluster.sh("ctl", "srun --immediate=30 -N2 hostname").split()) == ["w2", "w4"]
     assert_unchanged_second_run(cluster, "slurm_member_replace", slurm_member_old="w1", slurm_member_new="w4")
     cluster.workers = ["w2", "w4"]
+
+
+def test_a_forced_replace_joins_the_new_worker_without_the_dead_one(cluster):
+    """w2's host stops answering: replace w2 by w1 (removed earlier, named again) with slurm_members_unreachable=w2.
+    The new worker joins, the old node is downed and forgotten, and nothing connects to w2 or waits for its jobs."""
+    cluster.workers = ["w1", "w2", "w4"]
+    cluster.pause("w2")
+    try:
+        run = cluster.playbook("slurm_member_replace", slurm_member_old="w2", slurm_member_new="w1",
+                               slurm_members_unreachable="w2")
+    finally:
+        cluster.unpause("w2")
+    assert run.rc == 0, run.output[-4000:]
+    print(f"\nslurm_member_replace of an unreachable worker: {run.seconds:.1f} s")
+    assert run.hosts_touched == {"ctl", "w1"}, run.recap
+    assert set(cluster.node_states()) == {"w1", "w4"}
+    assert sorted(cluster.sh("ctl", "srun --immediate=30 -N2 hostname").split()) == ["w1", "w4"]
+    cluster.workers = ["w1", "w4"]
 
 
 def test_decommission_leaves_nothing(cluster):
