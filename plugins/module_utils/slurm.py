@@ -300,7 +300,7 @@ def running_daemons(names, proc_root="/proc"):
         except (IOError, OSError):
             continue  # ended meanwhile
         # "<pid> (<comm>) <state> ...": comm may hold spaces and parentheses, so split at the last ')'.
-        head, _, tail = line.rpartition(")")
+        head, _paren, tail = line.rpartition(")")
         comm = head.partition("(")[2]
         if comm in found and tail.split()[:1] != ["Z"]:
             found[comm].append(int(entry))
