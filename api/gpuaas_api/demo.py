@@ -188,10 +188,9 @@ class Demo:
         from .embedded_db import EmbeddedPostgres
 
         data_dir = self.state_dir / "postgres"
-        pid_file = data_dir / "pgdata" / "postmaster.pid"
-        pid = int(pid_file.read_text().split()[0])
+        # The postmaster removes its pid file last; its process may linger as a zombie of its owner.
         _stop_postgres(data_dir)
-        _wait(lambda: not Path(f"/proc/{pid}").exists(), 60, "the embedded PostgreSQL to stop")
+        _wait(lambda: not (data_dir / "pgdata" / "postmaster.pid").exists(), 60, "the embedded PostgreSQL to stop")
         time.sleep(down_seconds)
         self.postgres = EmbeddedPostgres(data_dir)
         self.postgres.start()
@@ -199,9 +198,14 @@ class Demo:
     # -- faults on test hosts (podman), for the chaos soak ----------------------------------------------
 
     def podman_host(self, action: str, host: str) -> None:
-        """`podman kill|start|pause|unpause` of a test host; `disconnect` and `connect` cut it from the test
-        network and put it back at its own address."""
+        """`podman kill|start|pause|unpause` of a test host (start keeps its address); `disconnect` and
+        `connect` cut it from the test network and put it back at its own address."""
         container = self.hosts[host]["container"]
+        if action == "start":
+            # A killed container started again gets a new address from the network unless it is pinned
+            # (podman 4.3): pin the one it had, as a host keeps its own address across a reboot.
+            self.podman_host("disconnect", host)
+            self.podman_host("connect", host)
         if action == "disconnect":
             command = ["network", "disconnect", testhosts.NETWORK, container]
         elif action == "connect":
