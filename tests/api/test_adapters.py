@@ -30,7 +30,7 @@ def test_the_published_json_schema_is_the_models():
 @pytest.mark.parametrize("path", sorted((ROOT / "adapters").glob("*.yml")), ids=lambda p: p.name)
 def test_every_shipped_descriptor_is_valid(path):
     descriptor = AppDescriptor.model_validate(yaml.safe_load(path.read_text()))
-    for playbook in descriptor.actions.values():
+    for playbook in [*descriptor.actions.values(), *([descriptor.cleanup] if descriptor.cleanup else [])]:
         assert (ROOT / "playbooks" / f"{playbook.removeprefix('gpuaas.apps.')}.yml").is_file(), playbook
 
 

@@ -15,7 +15,8 @@ BIN = Path(sys.executable).parent
 MODULES = sorted(p.stem for p in (ROOT / "plugins/modules").glob("*.py") if p.stem != "__init__")
 ROLES = sorted(p.name for p in (ROOT / "roles").iterdir() if p.is_dir())
 PLAYBOOKS = ["slurm_deploy", "slurm_member_add", "slurm_member_drain", "slurm_member_resume", "slurm_member_remove",
-             "slurm_member_replace", "slurm_reconfigure", "slurm_decommission"]
+             "slurm_member_replace", "slurm_reconfigure", "slurm_decommission", "slurm_member_cleanup",
+             "oci_member_cleanup"]
 
 
 @pytest.fixture(scope="module")

@@ -23,6 +23,7 @@ PLAYBOOKS = {
     "slurm_member_remove": {"slurm_members": "w2"},
     "slurm_member_replace": {"slurm_member_old": "w1", "slurm_member_new": "w2"},
     "slurm_decommission": {},
+    "slurm_member_cleanup": {"slurm_members": "w2"},
 }
 REFUSAL = "The gpuaas.apps Slurm playbooks do not take --limit"
 HOW_TO_TARGET = "-e slurm_members=<host>[,<host>...]"
@@ -44,7 +45,7 @@ def inventory(tmp_path_factory):
 
 # One limit style per playbook, so that every playbook and every kind of limit is covered once: a worker, a
 # controller, a group, a pattern, every host, a host and localhost.
-LIMITS = ["c1", "w1", "slurm_workers", "w*", "all", "c2,localhost", "slurm_controller", "w2"]
+LIMITS = ["c1", "w1", "slurm_workers", "w*", "all", "c2,localhost", "slurm_controller", "w2", "w2"]
 
 
 @pytest.mark.parametrize(("playbook", "limit"), list(zip(PLAYBOOKS, LIMITS, strict=True)))
