@@ -11,6 +11,7 @@ import logging
 import re
 from pathlib import Path
 
+from cli.health_world import seed_degraded
 from fastapi.testclient import TestClient
 from gpuaas_api.app import create_app
 from gpuaas_api.console import CSP, FILES, STATIC
@@ -25,6 +26,7 @@ SA = "service_account"
 HOSTILE_NAME = '<img src=x onerror="window.__pwned=1">'
 HOSTILE_MESSAGE = '<img src=x onerror="window.__pwned=2"><script>window.__pwned=3</script>&amp; "quoted"'
 RED = "rgb(179, 38, 30)"  # console.css's --bad
+DEGRADED = "rgb(253, 227, 207)"  # console.css's .status-degraded background
 RUN_MINUTES = 90_000  # ms: a run on a loaded 2-core machine
 
 
@@ -77,20 +79,26 @@ def the_timeline_reads_as_the_run(page, recorded: list[dict]) -> None:
             assert results[task] == ("changed" if payload["changed"] else "ok"), (task, results)
     assert results["Record the start"] == "changed" and results["Work while the slow file exists"] == "ok"
     assert results["Fail on purpose"] == "skipped"  # started, and no result: Ansible skipped it (when: false)
+    # Skipped on each member host too: the next play started with no result from them.
+    member_task = tasks.filter(has=page.locator("td.what", has_text="Fail on the host asked for"))
+    expect(member_task.locator("td.result")).to_have_text(["skipped"] * len(
+        [h for h, t in expected if t == "Fail on the host asked for"]))
     duration = tasks.filter(has_text="Work while the slow file exists").locator("td.duration").text_content()
     assert re.fullmatch(r"\d+\.\d\d s|\d+(\.\d)? s|\d+m\d\ds", duration), duration
     # The play's header names it (and its hosts); the checks' play is in the fold, not a header of its own.
     plays = [e["payload"] for e in recorded if e["type"] == "run.play_started"]
-    assert [p["play"] for p in plays] == ["Check the inventory and the request", "Operation step"]
-    expect(page.locator(f'{top}[data-type="run.play_started"] td.what')).to_have_text(["play Operation step"])
-    expect(page.locator(f'{top}[data-type="run.play_started"] td.host')).to_have_text(["localhost"])
-    # The recap: each host with its counts, as the run's stats give them.
+    assert [p["play"] for p in plays] == ["Check the inventory and the request", "Member hosts", "Operation step"]
+    expect(page.locator(f'{top}[data-type="run.play_started"] td.what')).to_have_text(
+        ["play Operation step", "play Member hosts"])
+    expect(page.locator(f'{top}[data-type="run.play_started"] td.host')).to_have_text(["localhost", "all:!localhost"])
+    # The recap: each host with its counts, as the run's stats give them (added in order: the last on top).
     (stats,) = [e["payload"] for e in recorded if e["type"] == "run.playbook_stats"]
     recap = page.locator(f'{top}[data-type="run.recap"]')
-    expect(recap.locator("td.host")).to_have_text(["localhost"])
+    expect(recap.locator("td.host")).to_have_text(sorted(set().union(*stats.values()), reverse=True))
     counts = {key: hosts.get("localhost", 0) for key, hosts in stats.items()}
     assert counts["changed"] >= 2 and counts["skipped"] >= 1, counts
-    expect(recap.locator("td.what")).to_have_text(
+    local_recap = recap.filter(has=page.locator("td.host", has_text=re.compile("^localhost$")))
+    expect(local_recap.locator("td.what")).to_have_text(
         f"recap ok={counts['ok']} changed={counts['changed']} unreachable={counts['dark']} "
         f"failed={counts['failures']} skipped={counts['skipped']} rescued={counts['rescued']} "
         f"ignored={counts['ignored']}")
@@ -165,7 +173,7 @@ def test_a_deploy_shows_live_and_a_failed_run_names_its_task_and_correlation_id(
     done = re.fullmatch(r"(\d+)/(\d+)", op_row.locator("td.tasks").text_content())
     assert done and done[1] == done[2] and int(done[1]) >= 5, done
     expect(page.locator("h1 .status")).to_have_text("running")
-    expect(page.locator("table.members td .status")).to_have_text(["active", "active"])
+    expect(page.locator("table.members td.state .status")).to_have_text(["active", "active"])
     # The timeline, read over the stream (the page was not reloaded, it read the timeline's list once at
     # load): one row per task and host with its result and duration, play headers, the recap per host,
     # the argument checks folded into one row, and every lifecycle event a row of its own.
@@ -297,6 +305,78 @@ def test_an_instance_page_names_its_project_counts_in_words_and_has_an_icon(ops,
     icon = page.request.get(href)
     assert icon.status == 200 and icon.headers["content-type"] == "image/svg+xml"
     assert icon.headers["content-security-policy"] == CSP
+    assert console.errors == []
+
+
+def test_a_degraded_instance_shows_its_health_its_roles_and_what_the_check_read_of_each_member(ops, console):
+    """The day-2 read models (issue 23), seeded as a check writes them (tests/cli/health_world.py)."""
+    instance, _ = make_instance(ops, "sick", workers=1)
+    world = seed_degraded(ops, instance)
+    ctl, wrk = world.controller["node_name"], world.worker["node_name"]
+    page = console.page
+    console.open(ops.w.tokens[SA], f"#/projects/{ops.ids['project_a1']}")
+    row = page.locator(f'tr[data-instance="{instance["id"]}"]')
+    expect(row.locator(".status")).to_have_text("degraded")
+    expect(row.locator("td.reason")).to_have_text(f"health check: {world.failed_message}")
+
+    # Visibly degraded: its own badge colour, and an alert that says why and since when.
+    page.evaluate("hash => { location.hash = hash; }", f"#/instances/{instance['id']}")
+    expect(page.locator("h1 .status")).to_have_text("degraded")
+    assert page.locator("h1 .status").evaluate("b => getComputedStyle(b).backgroundColor") == DEGRADED
+    alert = page.locator(".health-alert")
+    expect(alert.locator("h2")).to_have_text("Degraded since 2025-05-01 09:59:40Z")
+    expect(alert.locator(".message")).to_have_text(world.failed_message)
+
+    # The last check: what ran, and each condition with its status, reason, since when and message.
+    expect(page.locator(".health p.check")).to_contain_text(": opsapp_status on 2 hosts, 2 members, 0.84 s")
+    expect(page.locator(".health p.check .checked-at")).to_have_text("2025-05-01 10:00:00Z")
+    conditions = page.locator("table.conditions tbody tr")
+    assert rows(page, "table.conditions tbody tr", "data-condition") == ["ControlPlaneAvailable", "MembersHealthy",
+                                                                          "Healthy"]
+    expect(conditions.locator("td.state")).to_have_text(["True", "False", "False"])
+    expect(conditions.locator("td.reason")).to_have_text(["Answered", "MembersFailed", "Unhealthy"])
+    expect(conditions.locator("td.since")).to_have_text(["2025-05-01 09:00:00Z", "2025-05-01 09:59:40Z",
+                                                         "2025-05-01 09:59:40Z"])
+    expect(conditions.locator("td.message")).to_have_text(["", f"{wrk}: {world.unreachable}", world.failed_message])
+    assert conditions.nth(1).locator(".status").evaluate("b => getComputedStyle(b).color") == RED
+
+    # Each role: its members of the desired count, by status.
+    expect(page.locator('table.roles tr[data-role="controller"] td.count')).to_have_text("1/1")
+    expect(page.locator('table.roles tr[data-role="controller"] td.by-status')).to_have_text("1 active")
+    expect(page.locator('table.roles tr[data-role="worker"] td.by-status .status-failed')).to_have_text("1 failed")
+
+    # Each member: what the check read (observed, reachable, the app's details) and its last operation.
+    controller, worker = (page.locator(f'table.members tr[data-node="{n}"]') for n in (ctl, wrk))
+    expect(worker.locator("td.state")).to_have_text("failed")
+    expect(worker.locator("td.check .status")).to_have_text(["failed", "unreachable"])
+    expect(worker.locator("td.read .runtime-reason")).to_have_text(world.unreachable)
+    expect(controller.locator("td.check")).to_contain_text("active reachable")
+    expect(controller.locator("td.read .detail-kv")).to_have_text(
+        ["node_state=IDLE", "probe_ok=true", "reason=site maintenance", "running_jobs=0"])
+    expect(controller.locator("td.last-op")).to_contain_text(f"deploy succeeded {world.deploy['id'][:8]}")
+    expect(worker.locator("td.last-op")).to_contain_text(f"member_remove queued {world.remove['id'][:8]}")
+    console.shot("7-degraded")
+
+    # The timeline: the node a member or cleanup event is about in the Host column, what a check ran, and
+    # rows tinted by what they say (unhealthy red, recovered and cleaned green, a pending cleanup amber).
+    top = ".timeline > tbody > tr"
+    checked = "module=opsapp_status hosts=2 members=2 seconds=0.84"
+    expected = {"healthy": ("", f"healthy {checked}", "event-good"),
+                "member_failed": (wrk, f"member_failed reason=health check: {world.unreachable}", "event-failed"),
+                "unhealthy": ("", f"unhealthy {checked} reason={world.failed_message}", "event-failed"),
+                "host_cleanup_pending": (wrk, "host_cleanup_pending", "event-warn"),
+                "host_cleaned": (wrk, f"host_cleaned host_name={world.worker['host_name']} attempts=2", "event-good"),
+                "member_recovered": (ctl, "member_recovered reason=health check: read active", "event-good")}
+    for kind, (host, what, tone) in expected.items():
+        event = page.locator(f'{top}[data-type="{kind}"]')
+        expect(event.locator("td.host")).to_have_text(host)
+        expect(event.locator("td.what")).to_have_text(what)
+        expect(event).to_have_class(re.compile(rf"\b{tone}\b"))
+
+    # The worker's last operation's correlation id narrows the timeline to that run.
+    worker.locator("td.last-op a.correlation-id").click()
+    expect(page.locator(".toolbar code.filter")).to_have_text(world.remove["correlation_id"])
+    assert set(page.locator(f"{top} > td.cid").all_text_contents()) == {world.remove["correlation_id"]}
     assert console.errors == []
 
 

@@ -3,7 +3,7 @@
 // closes). Routes: #/ (the projects this token may read), #/projects/ID, #/instances/ID.
 
 import {Api, Refusal, apiPath} from "./api.js";
-import {ago, badge, duration, el, link, plural, replace, time} from "./dom.js";
+import {ago, badge, duration, el, link, plural, replace, statusClass, time} from "./dom.js";
 import {Progress, TERMINAL} from "./progress.js";
 import {Timeline} from "./timeline.js";
 
@@ -52,6 +52,25 @@ async function visibleProjects(api, me, signal) {
 
 function membersSummary(instance) {
   return (instance.topology?.roles || []).map((r) => `${r.name} ${r.member_count}/${r.desired_count}`).join(", ");
+}
+
+// A condition's status as a badge: each condition says something good when True (Available, Healthy).
+function conditionBadge(status) {
+  return el("span", {class: `status status-${status === "True" ? "ok" : "failed"}`}, status);
+}
+
+// What the last health check ran: "opsapp_status on 2 hosts, 2 members, 0.84 s" (as `gpuaas instances show`).
+function checkSummary(check) {
+  if (!check?.module) return "";
+  return `${check.module} on ${plural(check.hosts, "host")}, ${plural(check.members, "member")}, ${check.seconds} s`;
+}
+
+// The app's runtime detail of a member as the check read it: key=value by key, empty ones left out, and
+// a detail `reason` that only repeats the check's reason (as `gpuaas members list`).
+function runtimeDetails(runtime) {
+  return Object.entries(runtime.details || {}).sort(([a], [b]) => a.localeCompare(b))
+    .filter(([key, value]) => value !== null && value !== "" && !(key === "reason" && value === runtime.reason))
+    .map(([key, value]) => el("code", {class: "detail-kv", "data-key": key}, `${key}=${value}`));
 }
 
 function homeView(api, me, signal) {
@@ -105,8 +124,8 @@ function projectView(api, projectId, signal) {
 function instanceView(api, id, signal) {
   const state = {instance: null, project: null, members: [], ops: new Map(), progress: new Map(), events: [],
                  filter: null, stream: "connecting", streamDetail: null};
-  const parts = {head: el("div"), failure: el("div"), members: el("tbody"), ops: el("tbody"),
-                 timeline: el("tbody"), toolbar: el("div", {class: "toolbar"})};
+  const parts = {head: el("div"), failure: el("div"), health: el("div"), roles: el("tbody"), members: el("tbody"),
+                 ops: el("tbody"), timeline: el("tbody"), toolbar: el("div", {class: "toolbar"})};
   replace(main, el("p", {class: "hint"}, "Loading instance…"));
 
   const track = (op) => {
@@ -119,10 +138,21 @@ function instanceView(api, id, signal) {
     }
   };
 
+  // The head, and above everything else an unhealthy instance's alert: the Healthy condition's message
+  // (or the status reason) and since when.
   const renderHead = () => {
-    const i = state.instance;
+    const i = state.instance, health = i.health || {};
+    const healthy = (health.conditions || []).find((c) => c.type === "Healthy");
+    const sick = i.status === "degraded" || healthy?.status === "False";
     replace(parts.head,
       el("h1", {}, "Instance ", el("span", {class: "instance-name"}, i.name), " ", badge(i.status)),
+      sick ? el("div", {class: "health-alert", role: "alert"},
+        el("h2", {}, i.status === "degraded" ? "Degraded" : "Unhealthy",
+           healthy?.status === "False" ? ` since ${time(healthy.last_transition_at)}` : ""),
+        el("p", {class: "message"}, healthy?.status === "False" && healthy.message ? healthy.message : i.status_reason),
+        i.status === "degraded"
+          ? el("p", {class: "muted"}, "Its control plane answers. Removing or replacing the failed members makes it well.")
+          : null) : null,
       el("dl", {class: "facts"},
         el("dt", {}, "reason"), el("dd", {class: "status-reason"}, i.status_reason || "—"),
         el("dt", {}, "app"), el("dd", {}, `${i.app_slug} ${i.app_version}`),
@@ -130,11 +160,45 @@ function instanceView(api, id, signal) {
         el("dt", {}, "project"), el("dd", {}, el("a", {href: `#/projects/${encodeURIComponent(i.project_id)}`,
                                                       title: i.project_id}, state.project.name)),
         el("dt", {}, "id"), el("dd", {class: "mono"}, i.id)));
+    replace(parts.health, health.checked_at
+      ? [el("p", {class: "check"}, "Checked ", el("span", {class: "checked-at"}, time(health.checked_at)),
+            el("span", {class: "muted"}, ` (${ago(health.checked_at)})`),
+            health.check?.module ? `: ${checkSummary(health.check)}` : ""),
+         el("table", {class: "conditions"},
+           el("thead", {}, el("tr", {}, ["Condition", "Status", "Reason", "Since", "Message"]
+             .map((h) => el("th", {}, h)))),
+           el("tbody", {}, (health.conditions || []).map((c) => el("tr", {"data-condition": c.type,
+                                                                       "data-status": c.status},
+             el("td", {class: "type"}, c.type), el("td", {class: "state"}, conditionBadge(c.status)),
+             el("td", {class: "reason"}, c.reason), el("td", {class: "since"}, time(c.last_transition_at)),
+             el("td", {class: "message"}, c.message)))))]
+      : el("p", {class: "hint"}, "No health check has read this instance yet (the platform checks it once it runs)."));
+    // Each role: its members of the desired count, and how many are in each status.
+    replace(parts.roles, (i.topology?.roles || []).map((r) => el("tr", {"data-role": r.name},
+      el("td", {}, r.name), el("td", {class: "count"}, `${r.member_count}/${r.desired_count}`),
+      el("td", {class: "by-status"}, Object.entries(r.members_by_status || {}).sort(([a], [b]) => a.localeCompare(b))
+        .map(([status, n]) => el("span", {class: statusClass(status), "data-status": status}, `${n} ${status}`))))));
   };
 
-  const renderMembers = () => replace(parts.members, state.members.map((m) => el("tr", {},
-    el("td", {}, m.role), el("td", {class: "mono"}, m.node_name), el("td", {class: "host"}, m.host_name),
-    el("td", {}, badge(m.status)), el("td", {class: "reason"}, m.status_reason))));
+  // Each member: its status and reason, what the last check read (reachable, observed, the app's
+  // details) and its last operation, whose correlation id narrows the timeline to that run.
+  const renderMembers = () => replace(parts.members, state.members.map((m) => {
+    const runtime = m.runtime || {}, op = m.last_operation;
+    return el("tr", {"data-member": m.id, "data-node": m.node_name},
+      el("td", {}, m.role), el("td", {class: "mono"}, m.node_name), el("td", {class: "host"}, m.host_name),
+      el("td", {class: "state"}, badge(m.status)), el("td", {class: "reason"}, m.status_reason),
+      el("td", {class: "check"}, runtime.checked_at
+        ? [runtime.observed ? badge(runtime.observed) : el("span", {class: "muted"}, "unknown"), " ",
+           runtime.reachable === false ? badge("unreachable") : runtime.reachable ? "reachable" : "",
+           el("div", {class: "muted", title: time(runtime.checked_at)}, ago(runtime.checked_at))]
+        : el("span", {class: "muted"}, "not checked")),
+      el("td", {class: "read"}, runtime.reason ? el("div", {class: "runtime-reason"}, runtime.reason) : null,
+         el("div", {class: "details"}, runtimeDetails(runtime))),
+      el("td", {class: "last-op"}, op
+        ? [`${op.kind} `, badge(op.status), " ", el("code", {class: "op-id", title: op.id}, op.id.slice(0, 8)),
+           el("div", {}, correlationLink(op.correlation_id))]
+        : ""));
+  }));
 
   const correlationLink = (cid) => {
     const a = el("a", {href: "#", class: "correlation-id mono", title: "show only this operation's events"}, cid);
@@ -259,9 +323,15 @@ function instanceView(api, id, signal) {
     renderTimeline();
     renderToolbar();
     replace(main, parts.head, parts.failure,
-      el("section", {}, el("h2", {}, "Members"), el("table", {class: "members"},
-        el("thead", {}, el("tr", {}, ["Role", "Node", "Host", "Status", "Reason"].map((h) => el("th", {}, h)))),
-        parts.members)),
+      el("section", {class: "health"}, el("h2", {}, "Health"), parts.health),
+      el("section", {}, el("h2", {}, "Members"),
+        el("table", {class: "roles"},
+          el("thead", {}, el("tr", {}, ["Role", "Members/desired", "By status"].map((h) => el("th", {}, h)))),
+          parts.roles),
+        el("table", {class: "members"},
+          el("thead", {}, el("tr", {}, ["Role", "Node", "Host", "Status", "Reason", "Last check", "Read",
+                                        "Last operation"].map((h) => el("th", {}, h)))),
+          parts.members)),
       el("section", {}, el("h2", {}, "Operations"), el("table", {class: "operations"},
         el("thead", {}, el("tr", {}, ["Kind", "Status", "Attempt", "Tasks done/started", "Hosts", "Elapsed",
                                       "Error", "Correlation id"].map((h) => el("th", {}, h)))),

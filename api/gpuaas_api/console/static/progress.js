@@ -61,7 +61,8 @@ export class Progress {
         }
       }
       this.lastTask = `${outcome} ${host}: ${task}`;
-    } else if (type === "run.playbook_stats") {
+    } else if (type === "run.playbook_stats" || type === "run.play_started") {
+      // A play starts once the one before ended on every host: a task still open there was skipped.
       this.done += this.running.size;
       this.running.clear();
     } else if (type.startsWith("operation.") && ours && TERMINAL.includes(type.slice("operation.".length))) {
@@ -70,10 +71,15 @@ export class Progress {
   }
 }
 
-// One event as `type key=value ...`: the payload keys a reader needs (as `gpuaas events tail` shows).
-export function describe(event) {
+// The payload keys a reader needs, in the order shown: an operation's, a run's, a member's node, a health
+// check's (what it ran: module, hosts, members, seconds) and a host cleanup's (client/follow.py's DESCRIBED).
+const DESCRIBED = ["kind", "attempt", "node_name", "host_name", "host", "task", "status", "code", "module", "hosts",
+                   "members", "seconds", "attempts", "reason", "message"];
+
+// One event as `key=value ...` (its type apart), as `gpuaas events tail` shows it; `skip`: keys shown elsewhere.
+export function describe(event, skip = []) {
   const payload = event.payload || {};
-  return ["kind", "attempt", "host", "task", "status", "code", "reason", "message"]
+  return DESCRIBED.filter((key) => !skip.includes(key))
     .filter((key) => payload[key] !== undefined && payload[key] !== null && payload[key] !== "")
     .map((key) => `${key}=${typeof payload[key] === "object" ? JSON.stringify(payload[key]) : payload[key]}`)
     .join(" ");

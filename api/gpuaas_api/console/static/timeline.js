@@ -18,6 +18,9 @@ const RECAP = [["ok", "ok"], ["changed", "changed"], ["unreachable", "dark"], ["
                ["skipped", "skipped"], ["rescued", "rescued"], ["ignored", "ignored"]];
 const RUN_ENDS = ["operation.succeeded", "operation.failed", "operation.canceled"];
 const FAILED = ["failed", "unreachable"];
+// Events that say something got well or sick without "failed" in their name: their rows are tinted so.
+const TONE = {healthy: "good", member_recovered: "good", host_cleaned: "good", unhealthy: "failed",
+              host_cleanup_pending: "warn"};
 
 function seconds(value) {
   const s = Number(value);
@@ -55,6 +58,7 @@ export class Timeline {
       Object.assign(run, {checkPlay: false, fold: null});
       this.add({kind: "header", event, what: `playbook ${p.playbook || ""}`.trim()});
     } else if (type === "run.play_started") {
+      this.close(run, "skipped");  // the play before ended on every host: a task still open there was skipped
       run.checkPlay = CHECKS.test(p.play || "");
       this.add({kind: "header", event, host: p.pattern, what: `play ${p.play || "(no name)"}`}, run.checkPlay && run);
     } else if (type === "run.task_started") {
@@ -88,7 +92,7 @@ export class Timeline {
       }
     } else {
       if (RUN_ENDS.includes(type)) this.close(run, "stopped");  // a killed run's task has no result
-      this.add({kind: "event", event});
+      this.add({kind: "event", event, host: p.node_name});  // a member's or a cleanup's node in the Host column
     }
   }
 
@@ -156,7 +160,8 @@ export class Timeline {
   fill(row, entry, fresh) {
     const event = entry.event, failed = this.failed(entry);
     const type = {task: "run.task", recap: "run.recap", checks: "run.checks"}[entry.kind] || event.type;
-    row.className = [`row-${entry.kind}`, fresh ? "fresh" : "", failed ? "event-failed" : ""].join(" ").trim();
+    const tone = failed ? "event-failed" : entry.kind === "event" && TONE[event.type] ? `event-${TONE[event.type]}` : "";
+    row.className = [`row-${entry.kind}`, fresh ? "fresh" : "", tone].join(" ").trim();
     row.setAttribute("data-event", event.id);
     row.setAttribute("data-type", type);
     if (entry.kind === "task") {
@@ -172,7 +177,8 @@ export class Timeline {
     }
     let what;
     if (entry.kind === "event") {
-      what = [el("span", {class: "type"}, event.type), " ", el("span", {class: "detail"}, describe(event))];
+      what = [el("span", {class: "type"}, event.type), " ",
+              el("span", {class: "detail"}, describe(event, entry.host ? ["node_name"] : []))];
     } else if (entry.kind === "task") {
       what = [entry.task, entry.message ? el("div", {class: "detail task-message"}, String(entry.message)) : null];
     } else {
@@ -188,7 +194,7 @@ export class Timeline {
 
   failed(entry) {
     if (entry.kind === "checks") return entry.children.some((child) => this.failed(child));
-    if (entry.kind === "event") return entry.event.type.endsWith("failed");
+    if (entry.kind === "event") return entry.event.type.endsWith("failed") || TONE[entry.event.type] === "failed";
     return FAILED.includes(entry.result) && !entry.ignored;
   }
 
