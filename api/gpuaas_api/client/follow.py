@@ -129,6 +129,9 @@ class Progress:
             message = str(payload.get("message") or "").strip()
             return line + (f": {message}" if outcome != "ok" and message else "")
         if kind == "run.play_started":
+            # A play starts once the one before ended on every host: a task still open there was skipped.
+            self.done += len(self.running)
+            self.running.clear()
             return f"play {payload.get('play')}"
         if kind == "run.playbook_stats":
             self.done += len(self.running)
