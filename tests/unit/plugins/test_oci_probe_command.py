@@ -66,8 +66,9 @@ def test_a_command_that_fails_fails_the_probe_at_the_deadline_naming_its_exit_st
     assert result["msg"].startswith(f"workload {name} was not ready within 1s ({result['attempts']} probes); last: "
                                     "command cat /www/missing: rc=1: cat: can't open '/www/missing': "
                                     "No such file or directory"), result["msg"]
-    # Each look failed at once (not after its 10 s timeout): more than one look within the one-second deadline.
-    assert result["attempts"] >= 2 and result["seconds"] < 3, result
+    # Each look failed at once, not after its 10 s timeout. (Counting looks within the one-second deadline would
+    # measure how busy the machine is: a podman exec takes over half a second on a loaded one.)
+    assert result["seconds"] < 3, result
 
 
 def test_a_command_that_hangs_is_given_up_after_its_timeout_and_stopped_in_the_container(workload):
