@@ -17,7 +17,8 @@ def oci_demo():
     from gpuaas_api.demo import Demo
 
     lines = []
-    d = Demo(prefix=f"ocie2e{uuid.uuid4().hex[:6]}", say=lines.append)
+    d = Demo(prefix=f"ocie2e{uuid.uuid4().hex[:6]}", say=lines.append,
+             worker_env={"GPUAAS_HEALTH_INTERVAL_SECONDS": "10"})
     d.lines = lines
     try:
         d.start_service(registry=True)

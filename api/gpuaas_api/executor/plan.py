@@ -140,7 +140,9 @@ def status_plan(conn: psycopg.Connection, settings: OperationSettings, instance:
     if spec.status is None:
         raise unprocessable("no_status_module", "the app version's adapter spec declares no status read-back")
     members = _members(conn, instance["id"], list(LIVE) + ["failed"], [])
-    plan = RunPlan(kind="refresh", inventory=_inventory(settings, spec, instance, members), extravars={},
+    # The status module may compare what runs with what the version pins (the workload's image).
+    extravars = {spec.workload.variable: workload_image(version)} if spec.workload else {}
+    plan = RunPlan(kind="refresh", inventory=_inventory(settings, spec, instance, members), extravars=extravars,
                    secret_vars={},
                    content_digest=version["artifact_digest"] if version["artifact_kind"] == "collection" else None)
     member_roles = set(spec.status.member_roles)
