@@ -19,6 +19,10 @@ Images (built locally; no registry is reachable here):
            sigstore verification patched out: a `sigstoreSigned` policy refuses every image.
     oci-trixie
            the same on Debian 13 (podman 5.4.2, skopeo 1.18), whose podman verifies sigstore signatures.
+    rke2   Debian 13 with what the RKE2 test double (tests/rke2_double/) runs on: a real etcd (etcd-server
+           3.5, its own unit disabled: the double's `rke2 server` runs the member), a real kubectl
+           (kubernetes-client 1.32), python3-yaml and openssl. No RKE2: the double's release is installed by
+           the roles, like the real one.
     registry
            Debian 13 with docker-registry (distribution 2.8) on :5000 over plain HTTP and skopeo 1.18,
            which signs images (sigstore); driven by gpuaas_api.testregistry.
@@ -56,6 +60,7 @@ IMAGES = {
     "oci": "localhost/gpuaas-testhost-oci:bookworm",
     "oci-trixie": "localhost/gpuaas-testhost-oci:trixie",
     "registry": "localhost/gpuaas-testhost-registry:trixie",
+    "rke2": "localhost/gpuaas-testhost-rke2:trixie",
 }
 # Debian releases the hosts are bootstrapped from: "base" is the bookworm one.
 BASE_IMAGES = {"bookworm": IMAGES["base"], "trixie": "localhost/gpuaas-testhost:trixie"}
@@ -183,8 +188,10 @@ def build_slurm(rebuild: bool) -> str:
 RECIPE_LABEL = "io.gpuaas.testhost.recipe"
 
 
-def build_layer(ref: str, base: str, packages: list[str], files: dict[str, str], rebuild: bool) -> str:
-    """An image FROM base with Debian packages installed and files (path in the image -> text) added.
+def build_layer(ref: str, base: str, packages: list[str], files: dict[str, str], rebuild: bool,
+                commands: str = "") -> str:
+    """An image FROM base with Debian packages installed, then ``commands`` run (a shell line), and files
+    (path in the image -> text) added.
 
     The image carries a hash of its recipe: a changed package list or file rebuilds it on next use.
     """
@@ -193,6 +200,7 @@ def build_layer(ref: str, base: str, packages: list[str], files: dict[str, str],
         "RUN apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends "
         + " ".join(packages)
         + " >/dev/null && apt-get clean\n"
+        + (f"RUN {commands}\n" if commands else "")
         + ("COPY files/ /\n" if files else "")
     )
     recipe = hashlib.sha256(json.dumps([containerfile, files], sort_keys=True).encode()).hexdigest()[:16]
@@ -227,12 +235,23 @@ def build_registry(rebuild: bool) -> str:
     )
 
 
+# The RKE2 test double's hosts. Debian starts etcd.service on install: disabled here, since the double's
+# `rke2 server` runs each server's etcd member itself, as RKE2 runs it.
+RKE2_PACKAGES = ["etcd-server", "kubernetes-client", "python3-yaml", "openssl"]
+
+
+def build_rke2(rebuild: bool) -> str:
+    return build_layer(IMAGES["rke2"], build_base(False, "trixie"), RKE2_PACKAGES, {}, rebuild,
+                       commands="systemctl disable etcd.service && rm -rf /var/lib/etcd/*")
+
+
 BUILDERS = {
     "base": build_base,
     "slurm": build_slurm,
     "oci": build_oci,
     "oci-trixie": lambda rebuild: build_oci(rebuild, "trixie"),
     "registry": build_registry,
+    "rke2": build_rke2,
 }
 
 
@@ -271,6 +290,18 @@ def wait_for_ssh(address: str, timeout: float = 60.0) -> None:
         if time.monotonic() > deadline:
             raise SystemExit(f"testhosts: {address} did not answer SSH within {timeout:.0f}s: {probe.stderr.strip()}")
         time.sleep(0.5)
+
+
+def start_again(host: dict) -> None:
+    """Start a stopped or killed test host again at the address it had, as a real host comes back after a
+    power cut: podman may give a restarted container another address, so it is put back on the network
+    with its old one."""
+    run(["podman", "start", host["container"]], stdout=subprocess.DEVNULL)
+    if host_address(host["container"]) != host["address"]:
+        run(["podman", "network", "disconnect", NETWORK, host["container"]])
+        run(["podman", "network", "connect", "--ip", host["address"], "--alias", host["name"], NETWORK,
+             host["container"]])
+    wait_for_ssh(host["address"])
 
 
 def ssh_command(address: str) -> list[str]:

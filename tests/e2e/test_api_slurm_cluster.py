@@ -269,8 +269,7 @@ def test_a_killed_worker_is_failed_within_60_s_and_replaced_with_capacity_restor
     assert recovered["payload"]["reason"].startswith("health check: ")
 
     # back: the cleanup playbook runs there and leaves nothing of the app
-    subprocess.run(["podman", "start", demo.hosts["w4"]["container"]], check=True, capture_output=True)
-    testhosts.wait_for_ssh(demo.hosts["w4"]["address"])
+    testhosts.start_again(demo.hosts["w4"])
     cleaned = wait_event(demo, "host_cleaned", timeout=120)
     assert cleaned["payload"]["node_name"] == "w4"
     assert demo.host_sh("w4", "pgrep -x 'slurmd|munged' || true") == ""
