@@ -795,7 +795,10 @@ def main(argv: list[str] | None = None) -> int:
     args.host_fault_seconds = (float(low), float(high or low))
     logging.getLogger("httpx").setLevel(logging.WARNING)
     print(f"chaos soak: seed {args.seed}, {args.operations} operations", file=sys.stderr, flush=True)
-    return Soak(args).run()
+    soak = Soak(args)
+    # SIGTERM ends the soak early: no new operation; the ones in flight end, then the checks run as usual.
+    signal.signal(signal.SIGTERM, lambda *_: soak.stop_ops.set())
+    return soak.run()
 
 
 if __name__ == "__main__":

@@ -189,7 +189,7 @@ class Demo:
 
         data_dir = self.state_dir / "postgres"
         # The postmaster removes its pid file last; its process may linger as a zombie of its owner.
-        _stop_postgres(data_dir)
+        _stop_postgres(data_dir / "pgdata")
         _wait(lambda: not (data_dir / "pgdata" / "postmaster.pid").exists(), 60, "the embedded PostgreSQL to stop")
         time.sleep(down_seconds)
         self.postgres = EmbeddedPostgres(data_dir)
@@ -410,6 +410,8 @@ class Demo:
             except subprocess.TimeoutExpired:
                 process.kill()
         _stop_postgres(self.state_dir / "postgres")
+        if self.postgres is not None:  # restart_postgres started it: this process owns it
+            self.postgres.stop()
         # The registry token signing key is no use once the service is gone: it does not outlive the run.
         (self.state_dir / "registry-token.pem").unlink(missing_ok=True)
         testhosts.down(self.prefix)
