@@ -27,33 +27,33 @@ PREFIX = "health check: "
 # Joining and removing members belong to the run that moves them.
 MOVABLE = ("active", "draining", "drained", "failed")
 
-# Due instances, the most overdue first within each tenant and one per tenant per round, found with a
-# loose scan of the (tenant_id, health_due_at) index: the cost grows with the number of tenants and the
-# claim size, not with the number of instances.
+# Due instances, the most overdue first, one per tenant per round: a walk of the (health_due_at, id)
+# index in due order that passes over tenants it already took. Taking n reads the n instances plus the
+# leased ones and those of tenants already taken that lie ahead of them: a claim of one (what a health
+# thread asks) costs the same at 10 or 10,000 instances and tenants. A failed instance is checkable
+# only while the check is what failed it (the index holds no other failed one).
 CLAIM = """
-WITH RECURSIVE tenants AS (
-    (SELECT tenant_id FROM app_instances WHERE deleted_at IS NULL AND status IN ('running', 'degraded', 'failed')
-      ORDER BY tenant_id LIMIT 1)
+WITH RECURSIVE due AS (
+    (SELECT id, tenant_id, health_due_at, ARRAY[tenant_id] AS taken FROM app_instances
+      WHERE deleted_at IS NULL
+        AND (status IN ('running', 'degraded') OR (status = 'failed' AND status_reason LIKE 'health check: %%'))
+        AND health_due_at <= now() AND (health_lease_until IS NULL OR health_lease_until < now())
+      ORDER BY health_due_at, id LIMIT 1)
   UNION ALL
-    SELECT (SELECT i.tenant_id FROM app_instances i
-             WHERE i.tenant_id > t.tenant_id AND i.deleted_at IS NULL AND i.status IN ('running', 'degraded', 'failed')
-             ORDER BY i.tenant_id LIMIT 1)
-      FROM tenants t WHERE t.tenant_id IS NOT NULL
-), due AS (
-    SELECT d.id, d.health_due_at FROM tenants t CROSS JOIN LATERAL (
-        SELECT id, health_due_at FROM app_instances
-         WHERE tenant_id = t.tenant_id AND deleted_at IS NULL AND status IN ('running', 'degraded', 'failed')
-           -- a failed instance only while the check is what failed it
-           AND (status <> 'failed' OR status_reason LIKE 'health check: %%')
+    SELECT n.id, n.tenant_id, n.health_due_at, d.taken || n.tenant_id FROM due d CROSS JOIN LATERAL (
+        SELECT id, tenant_id, health_due_at FROM app_instances
+         WHERE deleted_at IS NULL
+           AND (status IN ('running', 'degraded') OR (status = 'failed' AND status_reason LIKE 'health check: %%'))
            AND health_due_at <= now() AND (health_lease_until IS NULL OR health_lease_until < now())
-         ORDER BY health_due_at LIMIT 1) d
-     WHERE t.tenant_id IS NOT NULL
-     ORDER BY d.health_due_at LIMIT %(n)s
+           AND (health_due_at, id) > (d.health_due_at, d.id) AND tenant_id <> ALL (d.taken)
+         ORDER BY health_due_at, id LIMIT 1) n
+     WHERE cardinality(d.taken) < %(n)s
 )
-UPDATE app_instances i SET health_lease_until = now() + make_interval(secs => %(lease)s), health_worker = %(w)s
-  FROM (SELECT id FROM app_instances WHERE id IN (SELECT id FROM due) FOR UPDATE SKIP LOCKED) c
- WHERE i.id = c.id
-RETURNING i.*, now() AS check_started_at"""
+UPDATE app_instances SET health_lease_until = now() + make_interval(secs => %(lease)s), health_worker = %(w)s
+ -- arrays, so that the rows are found by primary key: the planner cannot tell how few the walk returns
+ WHERE id = ANY (ARRAY(SELECT id FROM app_instances WHERE id = ANY (ARRAY(SELECT id FROM due))
+                        FOR UPDATE SKIP LOCKED))
+RETURNING *, now() AS check_started_at"""
 
 
 def claim(conn: psycopg.Connection, worker: str, n: int, lease_seconds: float) -> list[dict]:
