@@ -151,7 +151,19 @@ def test_checks_are_claimed_one_per_tenant_per_round_and_one_in_flight_per_insta
             "WHERE id = ANY(%s::uuid[]) RETURNING id", (ids,))
     ops.sql("UPDATE app_instances SET tenant_id = %s, project_id = %s, health_due_at = now() WHERE id = %s "
             "RETURNING id", (tenant_b, project_b, ids[2]))
+    # tenant a has a check in flight: its more overdue instance yields to tenant b's
     with ops.database.transaction() as conn:
+        (leased,) = health.claim(conn, "x", 1, 60)
+    assert str(leased["tenant_id"]) == ops.ids["tenant_a"]
+    with ops.database.transaction() as conn:
+        (fair,) = health.claim(conn, "y", 1, 60)
+    assert str(fair["id"]) == ids[2]
+    ops.sql("UPDATE app_instances SET health_lease_until = NULL, health_due_at = now() - interval '1 minute' "
+            "WHERE id = ANY(%s::uuid[]) RETURNING id", (ids[:2],))
+    ops.sql("UPDATE app_instances SET health_lease_until = NULL, health_due_at = now() WHERE id = %s RETURNING id",
+            (ids[2],))
+    with ops.database.transaction() as conn:
+        assert health.any_due(conn)
         first = health.claim(conn, "a", 2, 60)
     # tenant a has two due instances, tenant b one: a round takes one of each, however many a has
     assert sorted(str(r["tenant_id"]) for r in first) == sorted([ops.ids["tenant_a"], tenant_b])
@@ -160,6 +172,7 @@ def test_checks_are_claimed_one_per_tenant_per_round_and_one_in_flight_per_insta
     assert [str(r["id"]) for r in second] == [i for i in ids if i not in {str(r["id"]) for r in first}]
     with ops.database.transaction() as conn:
         assert health.claim(conn, "c", 10, 60) == []  # every one leased: one check in flight each
+        assert not health.any_due(conn)
 
 
 def test_a_run_that_fails_on_one_host_fails_that_member_alone(ops):

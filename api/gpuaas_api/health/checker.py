@@ -56,8 +56,12 @@ class HealthChecker:
     def check_one(self, slot: str) -> bool:
         """Claim one due instance and check it; False when none was due."""
         lease = self.settings.health_timeout_seconds + 30
-        with self.db.transaction() as conn:
-            claimed = service.claim(conn, slot, 1, lease)
+        for _ in range(3):
+            with self.db.transaction() as conn:
+                claimed = service.claim(conn, slot, 1, lease)
+            # Empty also when another thread locked the same instance a moment before: look again.
+            if claimed or not self._due():
+                break
         if not claimed:
             return False
         instance = claimed[0]
@@ -72,6 +76,10 @@ class HealthChecker:
             retrying(self.db, "health: release", lambda conn: service.release(conn, instance["id"], slot, after),
                      self.stop)
         return True
+
+    def _due(self) -> bool:
+        with self.db.transaction() as conn:
+            return service.any_due(conn)
 
     def check(self, instance: dict, slot: str, cid: str) -> bool:
         """Run and record one check; True when a failure it read waits for a second read."""

@@ -34,10 +34,11 @@ MOVABLE = ("active", "draining", "drained", "failed")
 # only while the check is what failed it (the index holds no other failed one).
 CLAIM = """
 WITH RECURSIVE due AS (
-    (SELECT id, tenant_id, health_due_at, ARRAY[tenant_id] AS taken FROM app_instances
+    (SELECT id, tenant_id, health_due_at, %(skip)s::uuid[] || tenant_id AS taken FROM app_instances
       WHERE deleted_at IS NULL
         AND (status IN ('running', 'degraded') OR (status = 'failed' AND status_reason LIKE 'health check: %%'))
         AND health_due_at <= now() AND (health_lease_until IS NULL OR health_lease_until < now())
+        AND tenant_id <> ALL (%(skip)s::uuid[])
       ORDER BY health_due_at, id LIMIT 1)
   UNION ALL
     SELECT n.id, n.tenant_id, n.health_due_at, d.taken || n.tenant_id FROM due d CROSS JOIN LATERAL (
@@ -47,7 +48,7 @@ WITH RECURSIVE due AS (
            AND health_due_at <= now() AND (health_lease_until IS NULL OR health_lease_until < now())
            AND (health_due_at, id) > (d.health_due_at, d.id) AND tenant_id <> ALL (d.taken)
          ORDER BY health_due_at, id LIMIT 1) n
-     WHERE cardinality(d.taken) < %(n)s
+     WHERE cardinality(d.taken) < %(n)s + cardinality(%(skip)s::uuid[])
 )
 UPDATE app_instances SET health_lease_until = now() + make_interval(secs => %(lease)s), health_worker = %(w)s
  -- arrays, so that the rows are found by primary key: the planner cannot tell how few the walk returns
@@ -56,9 +57,27 @@ UPDATE app_instances SET health_lease_until = now() + make_interval(secs => %(le
 RETURNING *, now() AS check_started_at"""
 
 
+# Tenants with a check in flight now (a handful: at most one per checker thread).
+IN_FLIGHT = """SELECT coalesce(array_agg(DISTINCT tenant_id), '{}') AS tenants FROM app_instances
+                WHERE health_lease_until > now() AND deleted_at IS NULL"""
+
+
 def claim(conn: psycopg.Connection, worker: str, n: int, lease_seconds: float) -> list[dict]:
-    """Up to `n` due instances, leased to `worker` for `lease_seconds`."""
-    return conn.execute(CLAIM, {"n": n, "lease": lease_seconds, "w": worker}).fetchall()
+    """Up to `n` due instances, one per tenant, most overdue first, leased to `worker` for `lease_seconds`.
+    Tenants that have no check in flight go first: a tenant with many instances gets a second checker
+    only once every other tenant with a due instance has one."""
+    busy = conn.execute(IN_FLIGHT).fetchone()["tenants"]
+    rows = conn.execute(CLAIM, {"n": n, "lease": lease_seconds, "w": worker, "skip": busy}).fetchall() if busy \
+        else []
+    return rows or conn.execute(CLAIM, {"n": n, "lease": lease_seconds, "w": worker, "skip": []}).fetchall()
+
+
+def any_due(conn: psycopg.Connection) -> bool:
+    return conn.execute("""SELECT EXISTS (SELECT 1 FROM app_instances WHERE deleted_at IS NULL
+                             AND (status IN ('running', 'degraded')
+                                  OR (status = 'failed' AND status_reason LIKE 'health check: %'))
+                             AND health_due_at <= now()
+                             AND (health_lease_until IS NULL OR health_lease_until < now()))""").fetchone()["exists"]
 
 
 def release(conn: psycopg.Connection, instance_id: UUID, worker: str, interval_seconds: float) -> None:

@@ -7,3 +7,9 @@ DROP INDEX app_instances_health_due;
 CREATE INDEX app_instances_health_due ON app_instances (health_due_at, id)
     WHERE deleted_at IS NULL
       AND (status IN ('running', 'degraded') OR (status = 'failed' AND status_reason LIKE 'health check: %'));
+-- The tenants with a check in flight (health/service.py IN_FLIGHT, so that they yield to the others): a
+-- lease is cleared when its check ends, so this index holds only the checks running now.
+CREATE INDEX app_instances_health_leased ON app_instances (health_lease_until) WHERE health_lease_until IS NOT NULL;
+-- What a check must leave alone (health/service.py _busy): an instance's open operations, without
+-- reading its whole history.
+CREATE INDEX operations_open_by_instance ON operations (instance_id) WHERE status IN ('queued', 'running');
