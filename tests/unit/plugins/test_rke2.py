@@ -1,0 +1,90 @@
+"""The RKE2 modules' decisions: the quorum arithmetic, member and node states in the platform's words, and the plan
+rke2_etcd_member makes (all on data shaped as etcd and the Kubernetes API return it; the integration test runs them
+against a real etcd)."""
+
+import pytest
+from ansible_collections.gpuaas.apps.plugins.module_utils import rke2
+from ansible_collections.gpuaas.apps.plugins.modules import rke2_etcd_member, rke2_info
+
+
+def member(name, healthy=True, learner=False, peer=None):
+    return {"id": str(abs(hash(name)) % 10**12), "name": name, "node": rke2.node_of_member(name),
+            "peer_urls": [peer or f"https://{name}:2380"], "client_urls": [], "learner": learner,
+            "healthy": healthy, "leader": False, "error": None if healthy else "connection refused"}
+
+
+def test_member_names_map_to_nodes():
+    assert rke2.node_of_member("server-1-0a1b2c3d") == "server-1"
+    assert rke2.node_of_member("s1") == "s1"
+    assert rke2.node_of_member("") == ""
+
+
+@pytest.mark.parametrize("voters, needed", [(1, 1), (2, 2), (3, 2), (4, 3), (5, 3)])
+def test_quorum_is_a_majority(voters, needed):
+    assert rke2.quorum_needed(voters) == needed
+
+
+def test_removing_a_healthy_member_of_three_keeps_quorum():
+    members = [member("s1-00000001"), member("s2-00000002"), member("s3-00000003")]
+    assert rke2.removal_problem(members, "s3-00000003") is None
+
+
+def test_removal_that_loses_quorum_is_refused_with_the_arithmetic():
+    members = [member("s1-00000001"), member("s2-00000002"), member("s3-00000003", healthy=False)]
+    problem = rke2.removal_problem(members, "s2-00000002")
+    assert problem == ("removing etcd member s2-00000002 would lose quorum: 1 of the 2 remaining voting members are "
+                       "healthy, and 2 members need 2 (a majority) to keep quorum")
+    # Removing the dead one is what restores the cluster's margin.
+    assert rke2.removal_problem(members, "s3-00000003") is None
+
+
+def test_the_last_member_and_learners():
+    assert "would leave no member" in rke2.removal_problem([member("s1-00000001")], "s1-00000001")
+    members = [member("s1-00000001"), member("s2-00000002", healthy=False, learner=True)]
+    assert rke2.removal_problem(members, "s2-00000002") is None
+    assert rke2.quorum_summary(members) == {"voters": 1, "healthy": 1, "needed": 1, "has_quorum": True,
+                                            "can_lose": 0}
+
+
+def test_etcd_member_plan():
+    members = [member("s1-00000001"), member("s2-00000002"), member("s3-00000003", healthy=False)]
+    params = {"name": "s2", "state": "absent", "peer_url": None, "learner": False}
+    change, found, problem = rke2_etcd_member.plan(members, params)
+    assert (change, found["name"]) == ("remove", "s2-00000002") and "would lose quorum" in problem
+    assert rke2_etcd_member.plan(members, dict(params, name="s9")) == (None, None, None)
+    assert rke2_etcd_member.plan(members, dict(params, name=None)) == (None, None, None)
+    present = dict(params, state="present", peer_url="https://s1-00000001:2380")
+    assert rke2_etcd_member.plan(members, present)[0] is None
+    change, _, problem = rke2_etcd_member.plan(members, dict(present, peer_url="https://s4:2380"))
+    assert change == "add" and problem.startswith("adding a voting member at https://s4:2380 would lose quorum")
+    assert rke2_etcd_member.plan(members, dict(present, peer_url="https://s4:2380", learner=True))[2] is None
+
+
+def node(name, ready="True", unschedulable=False, roles=("control-plane", "etcd")):
+    return {"metadata": {"name": name, "labels": {"node-role.kubernetes.io/" + r: "true" for r in roles}},
+            "spec": {"unschedulable": True} if unschedulable else {},
+            "status": {"conditions": [{"type": "Ready", "status": ready, "reason": "KubeletReady" if ready == "True"
+                                       else "NodeStatusUnknown", "message": "m"}],
+                       "addresses": [{"type": "InternalIP", "address": "10.0.0.1"}],
+                       "nodeInfo": {"kubeletVersion": "v1.32.3"}}}
+
+
+def test_node_states_in_the_platforms_words():
+    assert rke2.node_state(rke2.node_summary(node("a"))) == "active"
+    assert rke2.node_state(rke2.node_summary(node("a", ready="Unknown"))) == "failed"
+    assert rke2.node_state(rke2.node_summary(node("a", unschedulable=True))) == "drained"
+    assert rke2.node_state(rke2.node_summary(node("a", unschedulable=True)), pods_left=2) == "draining"
+    assert rke2.node_state(None) == "failed"
+
+
+def test_info_judges_servers_by_their_etcd_member_too():
+    nodes = [rke2.node_summary(n) for n in (node("s1"), node("s2"), node("a1", roles=()), node("a2", ready="False",
+                                                                                                  roles=()))]
+    etcd = [member("s1-00000001"), member("s2-00000002", healthy=False)]
+    states, details = rke2_info.judge(["s1.example.org", "s2", "a1", "a2", "gone"], nodes, etcd)
+    assert states == {"s1.example.org": "active", "s2": "failed", "a1": "active", "a2": "failed", "gone": "failed"}
+    assert details["s2"]["reason"] == "etcd member s2-00000002 is unhealthy: connection refused"
+    assert details["s1.example.org"]["etcd_member"] == "s1-00000001" and details["s1.example.org"]["etcd_healthy"]
+    assert details["a2"]["reason"].startswith("node a2 is not Ready (NodeStatusUnknown)")
+    assert details["gone"]["reason"] == "node gone is not in the cluster (the API does not know it)"
+    assert all(len(d) <= 16 for d in details.values())
