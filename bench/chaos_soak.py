@@ -321,7 +321,8 @@ class Soak:
             if len(workers) < hosts:
                 choices.append((3, self.op(key, "member_add", "/members",
                                            {"role": role, "allocation_id": self.demo.ids[self.rng.choice(pools)]})))
-            serving = [m for m in workers if m["status"] in ("active", "drained", "draining")]
+            # Members that serve and no operation of the soak targets: a remove keeps one of them.
+            serving = [m for m in free if m["status"] in ("active", "drained", "draining")]
             for m in free:
                 mid, st = m["id"], m["status"]
                 if key == SLURM and st == "active":
