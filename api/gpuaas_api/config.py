@@ -125,11 +125,12 @@ class GpuaasSettings(BaseSettings):
     poll_seconds: float = Field(1.0, gt=0, validation_alias=_env("GPUAAS_WORKER_POLL_SECONDS", "poll_seconds"))
     worker_concurrency: int = Field(1, ge=1)
     # Day-2 health (health/): every running instance's status read-back runs every health_interval_seconds,
+    # (a dead host is failed within interval + 2 x timeout + confirm: 50 s with these defaults)
     # on health_concurrency threads of each worker apart from its operation slots (0: this worker runs no
     # checks); a check gets health_timeout_seconds, a host health_connect_timeout_seconds to answer SSH.
-    health_interval_seconds: float = Field(20.0, gt=0)
+    health_interval_seconds: float = Field(15.0, gt=0)
     health_concurrency: int = Field(2, ge=0)
-    health_timeout_seconds: float = Field(30.0, gt=0)
+    health_timeout_seconds: float = Field(15.0, gt=0)
     health_connect_timeout_seconds: int = Field(5, ge=1)
     # A failure moves a status only when a second check reads it too; that check comes this much later.
     health_confirm_seconds: float = Field(5.0, gt=0)

@@ -62,3 +62,14 @@ def test_unknown_words_and_oversized_details_are_bounded():
     assert v.members["m-w1"].observed == "failed" and "exploded" in v.members["m-w1"].reason
     kept = v.members["m-w2"].details
     assert len(kept) <= DETAIL_KEYS and all(len(x) == 200 for x in kept.values()) and "nested" not in kept
+
+
+def test_a_member_on_a_host_that_another_members_node_shares_is_judged_by_its_host_alone():
+    """A Slurm worker placed on the controller's host has the controller's node name: what the module says
+    of that node is the worker's, never the controller's."""
+    members = [MemberView("m-ctl", CTL, "active", asked=False), MemberView("m-wctl", CTL, "active", asked=True)]
+    answers = {CTL: ok({CTL: "failed"}, {CTL: {"reason": "slurmd is not running on ctl"}})}
+    v = judge(answers, {CTL}, members)
+    assert v.members["m-wctl"].observed == "failed" and v.members["m-ctl"].observed is None
+    v = judge(answers, {CTL}, [MemberView("m-ctl", CTL, "failed", asked=False)])
+    assert v.members["m-ctl"].observed == "active"

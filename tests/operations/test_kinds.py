@@ -238,3 +238,19 @@ def test_a_kind_the_versions_adapter_cannot_do_is_refused_when_requested(ops):
     # the target version's adapter decides for an upgrade: onto one that has the action, accepted
     base = ops.w.call("platform_admin", "GET", f"/v1/catalog/apps/{TEST_APP}/versions/1.0.0", 200).json()
     post(ops, f"/v1/instances/{iid}/upgrade", json={"app_version_id": base["id"]})
+
+
+def test_removals_queued_together_never_take_a_role_below_its_minimum(ops):
+    created, _ = make_instance(ops, "minimum")
+    iid = created["id"]
+    play(ops, post(ops, f"/v1/instances/{iid}/deploy"))
+    ctl = next(m for m in members(ops, iid) if m["role"] == "controller")
+    w1, w2 = sorted((m for m in members(ops, iid) if m["role"] == "worker"), key=lambda m: m["node_name"])
+    post(ops, f"/v1/instances/{iid}/members/{w1['id']}/remove")  # queued: no worker runs it here
+    error = ops.w.call(SA, "POST", f"/v1/instances/{iid}/members/{w2['id']}/remove", 409).json()["error"]
+    assert error["code"] == "role_minimum" and error["details"] == {"role": "worker", "minimum": 1, "staying": 0}
+    assert "replace it instead" in error["message"]
+    error = ops.w.call(SA, "POST", f"/v1/instances/{iid}/members/{ctl['id']}/remove", 409).json()["error"]
+    assert error["code"] == "role_minimum"
+    # a replacement keeps the count: the way to swap the last member of a role
+    post(ops, f"/v1/instances/{iid}/members/{w2['id']}/replace", json={"allocation_id": ops.ids["alloc_ops2"]})

@@ -115,12 +115,13 @@ class Worker:
             server, _ = metrics.start_http_server(self.settings.worker_metrics_port, self.settings.worker_metrics_host)
         threading.Thread(target=self._listen, name=f"listener-{self.name}", daemon=True).start()
         # Health checks run on threads of their own: they never take an operation slot.
-        HealthChecker(self.db, self.settings, self.name, self.stop).start()
+        checkers = HealthChecker(self.db, self.settings, self.name, self.stop).start()
         threads = [threading.Thread(target=self._loop, args=(f"{self.name}/{i}",), name=f"worker-{i}", daemon=True)
                    for i in range(self.concurrency)]
         for t in threads:
             t.start()
-        for t in threads:
+        # Joined too: a check in flight stops its run when stop is set and removes its scratch directory.
+        for t in threads + checkers:
             t.join()
         if server is not None:
             server.shutdown()

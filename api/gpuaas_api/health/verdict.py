@@ -6,11 +6,12 @@ answered (the module's result), failed (the module failed there) or did not answ
 answer before the check's deadline). The rules, in order, for a member:
 1. its own host (when the check ran there) did not answer: failed, unreachable;
 2. the module failed on its own host: failed, with the module's message;
-3. any host that answered says failed: failed, with that host's reason;
-4. the view (a status-role host that answered) says a state: that state;
-5. its own host says a state: that state;
-6. a member the module was not asked about (a status-role member) is well when its host answered:
-   a failed one is active again, any other keeps its status;
+3. a member the module was not asked about (a status-role member) is well when its host answered: a
+   failed one is active again, any other keeps its status (what the module says of its node name is
+   about another member on the same host);
+4. any host that answered says failed: failed, with that host's reason;
+5. the view (a status-role host that answered) says a state: that state;
+6. its own host says a state: that state;
 7. the control plane did not answer: unknown (left as it is: nothing read it);
 8. otherwise failed: no host reported it.
 The control plane answers when at least one host of the status role answered."""
@@ -102,6 +103,12 @@ def judge(answers: dict[str, HostAnswer], view_hosts: set[str], members: list[Me
             why = f"the check failed on {m.node}: {own.failed}"
             verdicts[m.member_id] = MemberVerdict("failed", why[:REASON_CHARS])
             continue
+        if not m.asked:
+            # Its host answered and the module ran there: that is all a member the module is not asked
+            # about can show. What the module says of the node is about another member on the same host
+            # (a Slurm worker placed on the controller's host shares its node name).
+            verdicts[m.member_id] = MemberVerdict("active" if own is not None and m.status == "failed" else None)
+            continue
         said = [(h, *_said(answers[h], m.node)) for h in viewing if h != m.node]
         own_state, own_details = _said(own, m.node)
         details = {k: v for _, _, d in said for k, v in d.items()} | own_details
@@ -112,8 +119,6 @@ def judge(answers: dict[str, HostAnswer], view_hosts: set[str], members: list[Me
             verdict = MemberVerdict("failed", str(d.get("reason") or f"{host} reports {m.node} failed")[:REASON_CHARS])
         elif view_state or own_state:
             verdict = MemberVerdict(view_state or own_state)
-        elif not m.asked:
-            verdict = MemberVerdict("active" if own is not None and m.status == "failed" else None)
         elif not control_plane:
             verdict = MemberVerdict(None, message)
         else:

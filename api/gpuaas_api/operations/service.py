@@ -15,6 +15,7 @@ from psycopg.types.json import Jsonb
 from .. import correlation, quotas
 from ..audit import service as audit
 from ..catalog import parameters
+from ..catalog.adapter import stored_spec
 from ..catalog.service import get_version_by_id
 from ..common import page_of
 from ..config import OperationSettings
@@ -114,6 +115,8 @@ def _queue(conn, settings: OperationSettings, actor: Principal, instance: dict, 
             raise conflict("member_busy", f"member {member['node_name']} has a {busy['status']} {busy['kind']}",
                            operation_id=str(busy["id"]), kind=busy["kind"], status=busy["status"])
         rules.check_member(kind, member)
+        if kind == "member_remove":
+            _check_role_minimum(conn, instance, member, open_ops)
         targets[k.route_target] = [str(member_id)]
     params: dict[str, Any] = {"request": request}
     if k.request_check:
@@ -178,6 +181,22 @@ def _check_rollback_target(conn, instance: dict, request: dict) -> dict:
     instances.check_version_usable(target, canary=instance["canary"], rollback=True)
     instances.check_version_change(conn, instance, target)
     return {"target_version_id": str(target["id"])}
+
+
+def _check_role_minimum(conn, instance: dict, member: dict, open_ops: list[dict]) -> None:
+    """A removal may not take the member's role below the adapter's minimum, counting the removals
+    already queued or running (two accepted at once must not empty a role). A replacement keeps the
+    count: it is the way to swap the last member of a role."""
+    role = stored_spec(get_version_by_id(conn, instance["app_version_id"])).role(member["role"])
+    leaving = {m for o in open_ops if o["kind"] == "member_remove" for m in (o["member_ids"] or [])}
+    staying = conn.execute("""SELECT count(*) AS n FROM app_instance_members
+                               WHERE instance_id = %s AND role = %s AND status NOT IN ('removed', 'removing')
+                                 AND id <> %s AND NOT (id = ANY(%s))""",
+                           (instance["id"], member["role"], member["id"], list(leaving))).fetchone()["n"]
+    if role is not None and staying < role.min:
+        raise conflict("role_minimum", f"removing {member['node_name']} would leave role {member['role']} with "
+                       f"{staying} member(s) (with the removals already queued); it needs at least {role.min}: "
+                       "replace it instead", role=member["role"], minimum=role.min, staying=staying)
 
 
 REQUEST_CHECKS = {"parameters": _check_parameters, "upgrade_target": _check_upgrade_target,
