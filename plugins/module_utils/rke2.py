@@ -15,10 +15,11 @@ __metaclass__ = type
 
 import json
 import re
-import ssl
 
 from urllib.error import HTTPError, URLError
-from urllib.request import Request, urlopen
+
+from ansible.module_utils.urls import ConnectionError as UrlsConnectionError
+from ansible.module_utils.urls import open_url
 
 DATA_DIR = "/var/lib/rancher/rke2"
 ETCD_TLS = DATA_DIR + "/server/tls/etcd"
@@ -94,13 +95,7 @@ class Etcd:
         if not self.endpoint.startswith(("https://", "http://")):
             raise Rke2Error("etcd endpoint %s is not an http(s) URL" % endpoint)
         self.timeout = timeout
-        self.context = None
-        if self.endpoint.startswith("https://"):
-            context = ssl.create_default_context(cafile=ca_cert)
-            context.load_cert_chain(client_cert, client_key)
-            # RKE2's etcd certificates name the node's addresses, not the URL each member advertises to others.
-            context.check_hostname = False
-            self.context = context
+        self.tls = dict(ca_path=ca_cert, client_cert=client_cert, client_key=client_key)
 
     @classmethod
     def from_params(cls, params):
@@ -111,10 +106,9 @@ class Etcd:
         url = (endpoint or self.endpoint).rstrip("/") + path
         if not url.startswith(("https://", "http://")):
             raise Rke2Error("etcd member URL %s is not an http(s) URL" % url)
-        # Only http(s): both the endpoint and the members' client URLs are checked above.
-        request = Request(url, data=json.dumps(body).encode(), headers={"Content-Type": "application/json"})  # noqa: S310
         try:
-            response = urlopen(request, timeout=self.timeout, context=self.context)  # noqa: S310
+            response = open_url(url, data=json.dumps(body), method="POST", timeout=self.timeout,
+                                headers={"Content-Type": "application/json"}, validate_certs=True, **self.tls)
             return json.loads(response.read() or b"{}")
         except HTTPError as error:  # the gateway's own refusal: {"error", "code", "message"}
             try:
@@ -123,9 +117,9 @@ class Etcd:
                 said = {}
             reason = said.get("message") or said.get("error") or error.reason
             raise Rke2Error("etcd refused %s: %s" % (path, reason)) from None
-        except (URLError, OSError, ValueError) as error:
-            raise Rke2Error("etcd at %s does not answer %s: %s" % (endpoint or self.endpoint, path,
-                                                                     getattr(error, "reason", error))) from None
+        except (URLError, OSError, ValueError, UrlsConnectionError) as error:
+            said = getattr(error, "reason", error)
+            raise Rke2Error("etcd at %s does not answer %s: %s" % (endpoint or self.endpoint, path, said)) from None
 
     def members(self):
         """Every member with its health: each one's own status endpoint answers, and knows a leader."""

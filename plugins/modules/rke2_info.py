@@ -18,9 +18,9 @@ description:
   - With O(members), returns RV(member_states), each member's state in the platform's words, and
     RV(member_details), the runtime detail the platform stores and shows. A server whose etcd member is
     unhealthy is failed, whatever its node says.
-  - When the API does not answer (etcd lost quorum, or no server runs), it fails with one line that says so: the
+  - When the API does not answer (etcd lost quorum, or no server runs), it fails with one line that says so; the
     platform reads that as a control plane that does not answer.
-  - With O(view=self) it judges only the member on the host it runs on (O(node)), from that host alone: failed
+  - With O(view=self) it judges only the member on the host it runs on (O(node)), from that host alone, failed
     when no C(rke2) process runs there (read from C(/proc)), active otherwise. The API notices a dead node only
     after Kubernetes' node monitor grace period (40 s by default).
   - O(wait) polls, inside this one module run, until every member of O(members) is V(active) or the time is up.
@@ -125,7 +125,7 @@ member_states:
   sample: {s1: active, a1: drained}
 member_details:
   description:
-    - For each member of RV(member_states), at most 16 scalar values, strings cut to 200 characters:
+    - For each member of RV(member_states), at most 16 scalar values, strings cut to 200 characters,
       C(view), C(reason) (why it is failed, else null), C(ready), C(unschedulable), C(roles), C(kubelet_version),
       C(internal_ip), and for servers C(etcd_member), C(etcd_healthy), C(etcd_leader); with O(view=self)
       C(rke2_running).
