@@ -198,14 +198,12 @@ class Demo:
     # -- faults on test hosts (podman), for the chaos soak ----------------------------------------------
 
     def podman_host(self, action: str, host: str) -> None:
-        """`podman kill|start|pause|unpause` of a test host (start keeps its address); `disconnect` and
+        """`podman kill|start|pause|unpause` of a test host (start: testhosts.start_again); `disconnect` and
         `connect` cut it from the test network and put it back at its own address."""
         container = self.hosts[host]["container"]
         if action == "start":
-            # A killed container started again gets a new address from the network unless it is pinned
-            # (podman 4.3): pin the one it had, as a host keeps its own address across a reboot.
-            self.podman_host("disconnect", host)
-            self.podman_host("connect", host)
+            testhosts.start_again(self.hosts[host])
+            return
         if action == "disconnect":
             command = ["network", "disconnect", testhosts.NETWORK, container]
         elif action == "connect":

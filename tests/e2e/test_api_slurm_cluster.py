@@ -269,7 +269,7 @@ def test_a_killed_worker_is_failed_within_60_s_and_replaced_with_capacity_restor
     assert recovered["payload"]["reason"].startswith("health check: ")
 
     # back: the cleanup playbook runs there and leaves nothing of the app
-    testhosts.start_again(demo.hosts["w4"])
+    demo.podman_host("start", "w4")
     cleaned = wait_event(demo, "host_cleaned", timeout=120)
     assert cleaned["payload"]["node_name"] == "w4"
     assert demo.host_sh("w4", "pgrep -x 'slurmd|munged' || true") == ""
@@ -287,6 +287,28 @@ def test_a_dead_controller_fails_the_instance_within_60_s_and_its_return_brings_
     back = wait_event(demo, "apps.instance.running", timeout=60, after=failed["id"])
     assert back["payload"]["from"] == "failed"
     assert statuses(demo) == {"ctl": "active", "w1": "active", "w3": "active"}
+
+
+def test_a_run_that_loses_one_host_fails_that_member_alone_and_a_check_brings_it_back(demo):
+    """A reconfigure while w1's host does not answer: w1's member is failed with the run's reason for it,
+    the controller and w3 keep their state (the run went on there), the instance is degraded; once w1
+    answers again the health check brings it back."""
+    assert statuses(demo) == {"ctl": "active", "w1": "active", "w3": "active"}
+    demo.podman_host("pause", "w1")
+    try:
+        op = demo.operate("/reconfigure", {"parameters": {"slurm_controller_return_to_service": 2}})
+    finally:
+        demo.podman_host("unpause", "w1")
+    assert op["status"] == "failed" and "w1" in op["error"]["message"], op
+    failed = demo.member("w1")
+    assert failed["status"] == "failed" and "on w1" in failed["status_reason"], failed["status_reason"]
+    assert failed["status_reason"].startswith("reconfigure (operation"), failed["status_reason"]
+    assert statuses(demo)["ctl"] == statuses(demo)["w3"] == "active"
+    assert slurm_config(demo)["ReturnToService"] == "2"  # the controller got the new configuration
+    assert [e["payload"]["node_name"] for e in demo.events(correlation_id=op["correlation_id"],
+                                                           type="member_failed")] == ["w1"]
+    wait_status(demo, "w1", "active", timeout=90)
+    assert demo.sa.get(f"/v1/instances/{demo.ids['instance']}")["status"] == "running"
 
 
 # v2's own copy renders another slurm.conf (not ClusterName: slurmctld refuses a renamed cluster).

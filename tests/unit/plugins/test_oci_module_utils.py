@@ -420,9 +420,9 @@ def test_a_look_at_a_workload_that_does_not_answer_ends_at_the_timeout_given():
 def test_a_command_or_none_probe_of_a_container_that_does_not_run_is_not_run():
     command = oci.normalize_probe({"type": "command", "command": ["true"]})
     paused = {"State": {"Status": "paused"}}
-    assert oci.look(None, command, "gpuaas-oci-web", paused) == {"ok": False, "target": "container gpuaas-oci-web",
-                                                                  "answer": "not probed: the container is paused",
-                                                                  "code": None}
+    expected = {"ok": False, "target": "container gpuaas-oci-web", "answer": "not probed: the container is paused",
+                "code": None}
+    assert oci.look(None, command, "gpuaas-oci-web", paused) == expected
     assert oci.look(None, oci.normalize_probe(None), "gpuaas-oci-web", RUNNING)["ok"]
     assert oci.look(None, oci.normalize_probe(None), "gpuaas-oci-web", None)["answer"] == \
         "not probed: the container is absent"

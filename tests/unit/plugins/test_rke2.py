@@ -55,7 +55,7 @@ def test_etcd_member_plan():
     assert rke2_etcd_member.plan(members, dict(params, name=None)) == (None, None, None)
     present = dict(params, state="present", peer_url="https://s1-00000001:2380")
     assert rke2_etcd_member.plan(members, present)[0] is None
-    change, _, problem = rke2_etcd_member.plan(members, dict(present, peer_url="https://s4:2380"))
+    change, dummy, problem = rke2_etcd_member.plan(members, dict(present, peer_url="https://s4:2380"))
     assert change == "add" and problem.startswith("adding a voting member at https://s4:2380 would lose quorum")
     assert rke2_etcd_member.plan(members, dict(present, peer_url="https://s4:2380", learner=True))[2] is None
 
@@ -78,8 +78,8 @@ def test_node_states_in_the_platforms_words():
 
 
 def test_info_judges_servers_by_their_etcd_member_too():
-    nodes = [rke2.node_summary(n) for n in (node("s1"), node("s2"), node("a1", roles=()), node("a2", ready="False",
-                                                                                                  roles=()))]
+    raw = (node("s1"), node("s2"), node("a1", roles=()), node("a2", ready="False", roles=()))
+    nodes = [rke2.node_summary(n) for n in raw]
     etcd = [member("s1-00000001"), member("s2-00000002", healthy=False)]
     states, details = rke2_info.judge(["s1.example.org", "s2", "a1", "a2", "gone"], nodes, etcd)
     assert states == {"s1.example.org": "active", "s2": "failed", "a1": "active", "a2": "failed", "gone": "failed"}
