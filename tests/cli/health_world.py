@@ -15,7 +15,7 @@ from psycopg.types.json import Jsonb
 
 SA = "service_account"
 CHECKED_AT = "2025-05-01T10:00:00+00:00"
-CHECK = {"module": "opsapp_status", "hosts": 2, "members": 2, "seconds": 0.84}
+CHECK = {"module": "opsapp_status", "hosts": 3, "members": 3, "seconds": 0.84}
 
 
 @dataclass
@@ -30,11 +30,14 @@ class Degraded:
 
 
 def seed_degraded(ops, instance: dict) -> Degraded:
-    """`instance`: a created one with one controller and one worker (make_instance(workers=1))."""
+    """`instance`: a created one with one controller and two workers (make_instance(workers=2)); the first
+    worker is the failed one, the other stays active (so that the failed one may be removed: a role keeps
+    its minimum)."""
     w = ops.w
     deploy = w.call(SA, "POST", f"/v1/instances/{instance['id']}/deploy", 202).json()
-    members = {m["role"]: m for m in w.call(SA, "GET", f"/v1/instances/{instance['id']}/members", 200).json()["items"]}
-    controller, worker = members["controller"], members["worker"]
+    listed = w.call(SA, "GET", f"/v1/instances/{instance['id']}/members", 200).json()["items"]
+    controller = next(m for m in listed if m["role"] == "controller")
+    worker, other = sorted((m for m in listed if m["role"] == "worker"), key=lambda m: m["node_name"])
     unreachable = f"host {worker['node_name']} unreachable: ssh: connect to host port 22: Connection timed out"
     failed_message = f"1 member(s) failed: {worker['node_name']}: {unreachable}"
     health = {"checked_at": CHECKED_AT, "check": CHECK, "control_plane_read": True, "conditions": [
@@ -56,7 +59,8 @@ def seed_degraded(ops, instance: dict) -> Degraded:
                      ("health check: " + failed_message, Jsonb(health), instance["id"]))
         for member, status, reason, runtime in (
                 (controller, "active", "", controller_runtime),
-                (worker, "failed", "health check: " + unreachable, worker_runtime)):
+                (worker, "failed", "health check: " + unreachable, worker_runtime),
+                (other, "active", "", controller_runtime)):
             conn.execute("UPDATE app_instance_members SET status = %s, status_reason = %s, runtime = %s WHERE id = %s",
                          (status, reason, Jsonb(runtime), member["id"]))
         row = instances.get_instance(conn, UUID(instance["id"]))

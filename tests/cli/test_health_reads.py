@@ -35,7 +35,7 @@ def cells(header: str, row: str) -> dict[str, str]:
 
 
 def test_show_and_members_list_say_what_the_last_check_read(ops, cli):
-    instance, _ = make_instance(ops, "sick", workers=1)
+    instance, _ = make_instance(ops, "sick", workers=2)
     world = seed_degraded(ops, instance)
     ctl, wrk = world.controller["node_name"], world.worker["node_name"]
     token = ops.w.tokens[SA]
@@ -44,8 +44,8 @@ def test_show_and_members_list_say_what_the_last_check_read(ops, cli):
     assert shown.returncode == 0, shown.stderr
     lines = shown.stdout.splitlines()
     assert f"  status    degraded: health check: {world.failed_message}" in lines
-    assert "  roles     controller 1/1 (1 active), worker 1/1 (1 failed)" in lines
-    assert "  health    checked 2025-05-01T10:00:00Z: opsapp_status on 2 hosts, 2 members, 0.84 s" in lines
+    assert "  roles     controller 1/1 (1 active), worker 2/2 (1 active, 1 failed)" in lines
+    assert "  health    checked 2025-05-01T10:00:00Z: opsapp_status on 3 hosts, 3 members, 0.84 s" in lines
     header, conditions = rows_after(lines, "CONDITION")
     assert header.startswith(" " * 12 + "CONDITION")
     assert [cells(header, row) for row in conditions] == [
@@ -89,7 +89,7 @@ def test_show_and_members_list_say_what_the_last_check_read(ops, cli):
     tail = cli("events", "tail", "sick", token=token)
     assert tail.returncode == 0, tail.stderr
     described = [re.fullmatch(r"\S+ +\d+  (.*)  \[[^]]+\]", line)[1] for line in tail.stdout.splitlines()]
-    checked = "module=opsapp_status hosts=2 members=2 seconds=0.84"
+    checked = "module=opsapp_status hosts=3 members=3 seconds=0.84"
     assert f"healthy {checked}" in described
     assert f"unhealthy {checked} reason={world.failed_message}" in described
     assert f"member_failed node_name={wrk} reason=health check: {world.unreachable}" in described

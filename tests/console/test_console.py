@@ -310,7 +310,7 @@ def test_an_instance_page_names_its_project_counts_in_words_and_has_an_icon(ops,
 
 def test_a_degraded_instance_shows_its_health_its_roles_and_what_the_check_read_of_each_member(ops, console):
     """The day-2 read models (issue 23), seeded as a check writes them (tests/cli/health_world.py)."""
-    instance, _ = make_instance(ops, "sick", workers=1)
+    instance, _ = make_instance(ops, "sick", workers=2)
     world = seed_degraded(ops, instance)
     ctl, wrk = world.controller["node_name"], world.worker["node_name"]
     page = console.page
@@ -328,7 +328,7 @@ def test_a_degraded_instance_shows_its_health_its_roles_and_what_the_check_read_
     expect(alert.locator(".message")).to_have_text(world.failed_message)
 
     # The last check: what ran, and each condition with its status, reason, since when and message.
-    expect(page.locator(".health p.check")).to_contain_text(": opsapp_status on 2 hosts, 2 members, 0.84 s")
+    expect(page.locator(".health p.check")).to_contain_text(": opsapp_status on 3 hosts, 3 members, 0.84 s")
     expect(page.locator(".health p.check .checked-at")).to_have_text("2025-05-01 10:00:00Z")
     conditions = page.locator("table.conditions tbody tr")
     assert rows(page, "table.conditions tbody tr", "data-condition") == ["ControlPlaneAvailable", "MembersHealthy",
@@ -360,7 +360,7 @@ def test_a_degraded_instance_shows_its_health_its_roles_and_what_the_check_read_
     # The timeline: the node a member or cleanup event is about in the Host column, what a check ran, and
     # rows tinted by what they say (unhealthy red, recovered and cleaned green, a pending cleanup amber).
     top = ".timeline > tbody > tr"
-    checked = "module=opsapp_status hosts=2 members=2 seconds=0.84"
+    checked = "module=opsapp_status hosts=3 members=3 seconds=0.84"
     expected = {"healthy": ("", f"healthy {checked}", "event-good"),
                 "member_failed": (wrk, f"member_failed reason=health check: {world.unreachable}", "event-failed"),
                 "unhealthy": ("", f"unhealthy {checked} reason={world.failed_message}", "event-failed"),
