@@ -19,8 +19,9 @@ def post(ops, path: str, key: str, **kw):
 
 
 def running(ops, name: str) -> dict:
-    """An instance whose deploy has happened: running, every member active (no worker needed)."""
-    instance, _ = make_instance(ops, name)
+    """An instance whose deploy has happened: running, every member active (no worker needed); three
+    workers, so that two removals leave the role its minimum."""
+    instance, _ = make_instance(ops, name, workers=3)
     with ops.database.transaction() as conn:
         instances.transition_instance(conn, UUID(instance["id"]), "starting", reason="test setup")
         instances.transition_instance(conn, UUID(instance["id"]), "running", reason="test setup")
@@ -32,7 +33,7 @@ def running(ops, name: str) -> dict:
 
 def test_same_key_on_another_member_is_its_own_operation(ops):
     iid = running(ops, "idem-scope")["id"]
-    worker_a, worker_b = [m for m in members(ops, iid) if m["role"] == "worker"]
+    worker_a, worker_b, _ = [m for m in members(ops, iid) if m["role"] == "worker"]
 
     first = post(ops, f"/v1/instances/{iid}/members/{worker_a['id']}/remove", "remove-1")
     assert first.status_code == 202, first.text
@@ -49,10 +50,10 @@ def test_same_key_on_another_member_is_its_own_operation(ops):
     assert refresh.status_code == 202 and refresh.json()["kind"] == "refresh"
     # the same route and target with another body is refused
     add = post(ops, f"/v1/instances/{iid}/members", "add-1",
-               json={"role": "worker", "allocation_id": ops.ids["alloc_ops"]})
+               json={"role": "worker", "allocation_id": ops.ids["alloc_ops2"]})
     assert add.status_code == 202, add.text
     other = post(ops, f"/v1/instances/{iid}/members", "add-1",
-                 json={"role": "worker", "allocation_id": ops.ids["alloc_ops2"]})
+                 json={"role": "worker", "allocation_id": ops.ids["alloc_ops"]})
     assert other.status_code == 409 and other.json()["error"]["code"] == "idempotency_key_reused"
     assert other.json()["error"]["details"]["operation_id"] == add.json()["id"]
 
