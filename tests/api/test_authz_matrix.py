@@ -95,7 +95,8 @@ class Ctx:
         return name
 
     def fresh_instance(self) -> str:
-        return create_instance(self.w, PADM, "project_a1", uniq("inst"), self.fresh_allocation(), workers=1)["id"]
+        # Two workers: removing one keeps the role's minimum (role_minimum).
+        return create_instance(self.w, PADM, "project_a1", uniq("inst"), self.fresh_allocation(), workers=2)["id"]
 
     def fresh_user_token(self) -> str:
         return self.w.call(PA, "POST", f"/v1/users/{self.ids['user_project_member']}/tokens", 201,

@@ -80,7 +80,7 @@ class Condition(BaseModel):
     last_transition_at: datetime
 
 
-class Health(BaseModel):
+class InstanceHealth(BaseModel):
     """What the last scheduled health check read (health/): none before the first check."""
     checked_at: datetime | None = None
     check: dict[str, Any] = Field(default_factory=dict, description="what ran: status module, hosts, members, "
@@ -134,7 +134,7 @@ class Instance(BaseModel):
     topology: Topology
     labels: dict[str, str]
     parameters: dict[str, Any] = Field(default_factory=dict)
-    health: Health = Field(default_factory=Health)
+    health: InstanceHealth = Field(default_factory=InstanceHealth)
     created_at: datetime
     updated_at: datetime
     deleted_at: datetime | None
