@@ -774,7 +774,8 @@ def main(argv: list[str] | None = None) -> int:
                    help=f"kinds to choose from at random (comma-separated; 'none'): {', '.join(FAULT_KINDS)}")
     p.add_argument("--first-faults", default="", help="kinds injected first, in this order")
     p.add_argument("--host-fault-seconds", default="60,100", help="MIN,MAX seconds a host fault lasts")
-    p.add_argument("--health-interval", type=float, default=20.0, help="GPUAAS_HEALTH_INTERVAL_SECONDS of the workers")
+    p.add_argument("--health-interval", type=float, default=15.0,
+                   help="GPUAAS_HEALTH_INTERVAL_SECONDS of the workers (the service's default)")
     p.add_argument("--op-timeout", type=float, default=900.0, help="seconds the soak follows one operation")
     p.add_argument("--slurm-workers", type=int, default=2)
     p.add_argument("--slurm-spares", type=int, default=2)
