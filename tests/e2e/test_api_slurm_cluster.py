@@ -296,18 +296,19 @@ def test_a_run_that_fails_on_one_host_fails_that_member_alone_and_a_check_brings
     and brings it back. (A host that does not answer at the start of a Slurm run stops the run before it
     changes anything: the playbooks reach every host first.)"""
     assert statuses(demo) == {"ctl": "active", "w1": "active", "w3": "active"}
-    demo.host_sh("w1", "rm -f /etc/default/slurmd && mkdir /etc/default/slurmd")
+    # The file is kept aside and put back: the upgrade test rebuilds w1's packages from their installed files.
+    demo.host_sh("w1", "mv /etc/default/slurmd /etc/default/slurmd.kept && mkdir /etc/default/slurmd")
     try:
-        op = demo.operate("/reconfigure", {"parameters": {"slurm_controller_return_to_service": 2}})
+        op = demo.operate("/reconfigure", {"parameters": {"slurm_controller_return_to_service": 1}})
     finally:
-        demo.host_sh("w1", "rmdir /etc/default/slurmd")
+        demo.host_sh("w1", "rmdir /etc/default/slurmd && mv /etc/default/slurmd.kept /etc/default/slurmd")
     assert op["status"] == "failed" and "on w1" in op["error"]["message"], op
     run = demo.events(correlation_id=op["correlation_id"])
     (failed,) = [e for e in run if e["type"] == "member_failed"]
     assert failed["payload"]["node_name"] == "w1", failed
     assert failed["payload"]["reason"].startswith("reconfigure (operation") and "on w1" in failed["payload"]["reason"]
     assert "apps.instance.degraded" in [e["type"] for e in run]
-    assert slurm_config(demo)["ReturnToService"] == "2"  # the controller got the new configuration
+    assert slurm_config(demo)["ReturnToService"] == "1"  # the controller got the new configuration (default 2)
     wait_status(demo, "w1", "active", timeout=90)
     recovered = [e for e in demo.events(type="member_recovered") if e["id"] > failed["id"]]
     assert [e["payload"]["node_name"] for e in recovered] == ["w1"]
