@@ -87,11 +87,6 @@ def release(conn: psycopg.Connection, instance_id: UUID, worker: str, interval_s
                      WHERE id = %s AND health_worker = %s""", (interval_seconds, instance_id, worker))
 
 
-def check_now(conn: psycopg.Connection, instance_id: UUID) -> None:
-    """Make the instance's next check due at once (after a failed run, a recovery, a refresh)."""
-    conn.execute("UPDATE app_instances SET health_due_at = now() WHERE id = %s", (instance_id,))
-
-
 def _busy(conn: psycopg.Connection, instance_id: UUID) -> tuple[set[str], bool]:
     """(members a queued or running operation targets, whether an instance-level run is in flight)."""
     rows = conn.execute("""SELECT kind, status, member_ids FROM operations

@@ -272,6 +272,12 @@ def transition_instance(conn: psycopg.Connection, instance_id: UUID, target: str
     return after
 
 
+def check_health_soon(conn: psycopg.Connection, instance_id: UUID) -> None:
+    """Make the instance's next health check due at once (health/): after a deploy, a refresh, a run that
+    failed on some hosts."""
+    conn.execute("UPDATE app_instances SET health_due_at = now() WHERE id = %s", (instance_id,))
+
+
 def get_member(conn: psycopg.Connection, instance_id: UUID, member_id: UUID) -> dict:
     row = conn.execute(MEMBER_SELECT + " WHERE m.id = %s AND m.instance_id = %s", (member_id, instance_id)).fetchone()
     if row is None:

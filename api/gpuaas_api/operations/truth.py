@@ -153,7 +153,7 @@ def _on_hosts_failed(conn: psycopg.Connection, op: dict, failed_hosts: dict[str,
         move_instance(conn, op["instance_id"], "degraded",
                       f"{len(on_failed)} member(s) failed in {op['kind']} (operation {op['id']})", cid)
     # What else the failure means (a control plane on a failed host fails the instance) is for a check to read.
-    conn.execute("UPDATE app_instances SET health_due_at = now() WHERE id = %s", (op["instance_id"],))
+    instances.check_health_soon(conn, op["instance_id"])
     return True
 
 
@@ -168,11 +168,7 @@ def _deploy_proven(p: Phase) -> None:
     """The deploy's members joined. Whether the instance is healthy is for the health check to read:
     its first check is due at once."""
     p.event("start_completed", {"operation_id": str(p.op["id"]), "members": len(p.selected)})
-    _check_soon(p)
-
-
-def _check_soon(p: Phase) -> None:
-    p.conn.execute("UPDATE app_instances SET health_due_at = now() WHERE id = %s", (p.instance["id"],))
+    instances.check_health_soon(p.conn, p.instance["id"])
 
 
 def _forced_cleanup(p: Phase) -> None:
@@ -233,7 +229,7 @@ def _apply_observed(p: Phase) -> None:
             move_member(p.conn, m["id"], goal, p.reason, p.op["correlation_id"])
             changed += 1
     p.event("refresh_completed", {"observed": len(observed), "changed": changed})
-    _check_soon(p)
+    instances.check_health_soon(p.conn, p.instance["id"])
 
 
 def _uncount_created(p: Phase) -> None:
