@@ -8,6 +8,7 @@ Slurm cluster is absent (the lead's end-to-end test covers real hosts)."""
 from __future__ import annotations
 
 import os
+import sys
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -17,6 +18,7 @@ from cryptography.fernet import Fernet
 from gpuaas_api import db as dbmod
 from gpuaas_api.app import create_app
 from gpuaas_api.config import DEFAULT_OPERATION_TIMEOUTS, OperationSettings
+from gpuaas_api.executor import plan as planner
 from gpuaas_api.executor.worker import Worker
 
 from api import conftest as api_fixtures
@@ -105,3 +107,18 @@ def _no_stray_env():
     saved = {k: os.environ.pop(k) for k in list(os.environ) if k.startswith("GPUAAS_")}
     yield
     os.environ.update(saved)
+
+
+@pytest.fixture
+def local_hosts(monkeypatch):
+    """No SSH here: a status read-back reaches the test hosts with a local connection. (The catalog and the
+    planner refuse ansible_* variables, so this is set where no tenant can reach.)"""
+    build_inventory = planner._inventory
+
+    def local_inventory(*args):
+        inventory = build_inventory(*args)
+        for hostvars in inventory["all"]["hosts"].values():
+            hostvars |= {"ansible_connection": "local", "ansible_python_interpreter": sys.executable}
+        return inventory
+
+    monkeypatch.setattr(planner, "_inventory", local_inventory)

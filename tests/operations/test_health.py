@@ -7,11 +7,8 @@ the runtime detail, and events only when the health changes."""
 from __future__ import annotations
 
 import json
-import sys
 import threading
 
-import pytest
-from gpuaas_api.executor import plan as planner
 from gpuaas_api.health import service as health
 from gpuaas_api.health.checker import HealthChecker
 from prometheus_client import REGISTRY
@@ -19,20 +16,6 @@ from prometheus_client import REGISTRY
 from .helpers import events, make_instance, members, wait_op
 
 SA = "service_account"
-
-
-@pytest.fixture
-def local_hosts(monkeypatch):
-    """No SSH here: the check reaches "the controller" with a local connection (set where no tenant can)."""
-    build_inventory = planner._inventory
-
-    def local_inventory(*args):
-        inventory = build_inventory(*args)
-        for hostvars in inventory["all"]["hosts"].values():
-            hostvars |= {"ansible_connection": "local", "ansible_python_interpreter": sys.executable}
-        return inventory
-
-    monkeypatch.setattr(planner, "_inventory", local_inventory)
 
 
 def deployed(ops, name: str) -> tuple[str, dict, object]:

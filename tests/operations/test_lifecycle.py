@@ -6,11 +6,9 @@ from __future__ import annotations
 
 import io
 import json
-import sys
 import tarfile
 
 import yaml
-from gpuaas_api.executor import plan as planner
 
 from .helpers import events, instance_secrets, make_instance, members, publish_test_app, wait_for, wait_op
 
@@ -154,7 +152,7 @@ def test_failed_deploy_is_failed_with_the_task_and_host_and_can_be_retried(ops):
     assert {m["status"] for m in members(ops, instance["id"])} == {"active"}
 
 
-def test_refresh_applies_the_status_modules_member_states(ops, monkeypatch):
+def test_refresh_applies_the_status_modules_member_states(ops, local_hosts):
     """The status module is a test double (no scheduler here) that answers in the platform's words;
     the run is a real ad-hoc ansible-runner run on localhost. A word that is not a member status, or
     a member the module does not name, counts as failed."""
@@ -167,17 +165,6 @@ def test_refresh_applies_the_status_modules_member_states(ops, monkeypatch):
                                                    workers[1]["node_name"]: "fell over"}))
     ops.sql("""UPDATE app_versions SET adapter = jsonb_set(adapter, '{status,options}',
                jsonb_build_object('path', %s::text)) RETURNING id""", (str(marker / "nodes.json"),))
-    # There is no SSH here: the ad-hoc run reaches "the controller" with a local connection. (The
-    # catalog and the planner refuse ansible_* variables, so this is set where no tenant can reach.)
-    build_inventory = planner._inventory
-
-    def local_inventory(*args):
-        inventory = build_inventory(*args)
-        for hostvars in inventory["all"]["hosts"].values():
-            hostvars |= {"ansible_connection": "local", "ansible_python_interpreter": sys.executable}
-        return inventory
-
-    monkeypatch.setattr(planner, "_inventory", local_inventory)
     op = wait_op(ops, post(ops, f"/v1/instances/{iid}/refresh")["id"])
     assert op["status"] == "succeeded", op
     status = {m["id"]: m["status"] for m in members(ops, iid)}
