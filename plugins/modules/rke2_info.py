@@ -23,7 +23,8 @@ description:
   - With O(view=self) it judges only the member on the host it runs on (O(node)), from that host alone, failed
     when no C(rke2) process runs there (read from C(/proc)), active otherwise. The API notices a dead node only
     after Kubernetes' node monitor grace period (40 s by default).
-  - O(wait) polls, inside this one module run, until every member of O(members) is V(active) or the time is up.
+  - O(wait) polls, inside this one module run, until every member of O(members) is V(active) (or, with
+    O(wait_for=ready), anything but V(failed): a cordoned node that is Ready counts) or the time is up.
 author:
   - gpuaas.apps developers (@gpuaas)
 options:
@@ -45,6 +46,13 @@ options:
     description: Seconds to wait, polling, until every member of O(members) is active (0 reads once).
     type: int
     default: 0
+  wait_for:
+    description:
+      - What O(wait) waits for. V(active) every member active; V(ready) every member Ready (and, for a server, its
+        etcd member healthy), cordoned or not, as after the restart of a node an upgrade drained.
+    type: str
+    choices: [active, ready]
+    default: active
   kubectl:
     description: The kubectl to run.
     type: path
@@ -223,6 +231,7 @@ def main():
             view=dict(type="str", choices=["cluster", "self"], default="cluster"),
             node=dict(type="str"),
             wait=dict(type="int", default=0),
+            wait_for=dict(type="str", choices=["active", "ready"], default="active"),
             **dict(KUBE_ARGUMENT_SPEC, **ETCD_ARGUMENT_SPEC)
         ),
         required_if=[("view", "self", ["node"])],
@@ -237,6 +246,7 @@ def main():
                    "reason": None if running else "rke2 is not running on %s" % node}
         module.exit_json(changed=False, view="self", member_states={node: "active" if running else "failed"},
                          member_details={node: details})
+    waited_for = ("active",) if params["wait_for"] == "active" else ("active", "draining", "drained")
     deadline = time.time() + params["wait"]
     while True:
         try:
@@ -246,7 +256,7 @@ def main():
             nodes, etcd, error = None, None, failure
         if error is None:
             states, details = judge(members or [], nodes, etcd and etcd["members"])
-            if all(s == "active" for s in states.values()) or time.time() >= deadline:
+            if all(s in waited_for for s in states.values()) or time.time() >= deadline:
                 break
         elif time.time() >= deadline:
             module.fail_json(msg="the RKE2 control plane does not answer: %s" % " ".join(str(error).split()))
@@ -254,10 +264,10 @@ def main():
     result = dict(changed=False, view="cluster", nodes=nodes, etcd=etcd)
     if members is not None:
         result["member_states"], result["member_details"] = states, details
-        if params["wait"] and any(s != "active" for s in states.values()):
-            module.fail_json(msg="members not active after %ds: %s" % (params["wait"], ", ".join(
-                "%s (%s: %s)" % (m, s, details[m].get("reason")) for m, s in sorted(states.items()) if s != "active")),
-                **result)
+        if params["wait"] and any(s not in waited_for for s in states.values()):
+            module.fail_json(msg="members not %s after %ds: %s" % (params["wait_for"], params["wait"], ", ".join(
+                "%s (%s: %s)" % (m, s, details[m].get("reason"))
+                for m, s in sorted(states.items()) if s not in waited_for)), **result)
     module.exit_json(**result)
 
 
