@@ -2,7 +2,7 @@
 # Copyright: gpuaas.apps developers
 # Apache License 2.0 (see https://www.apache.org/licenses/LICENSE-2.0)
 """What the RKE2 modules share: RKE2's on-host paths, etcd through its gRPC gateway, kubectl, the quorum
-arithmetic and node states in the platform's words.
+arithmetic, node states in the platform's words, and what a drain evicts and why a pod is still left.
 
 etcd is read the way it is on any RKE2 server, with no etcdctl on the host (RKE2 runs etcd in a static pod): the
 gateway that etcd 3.5 serves on its client port (JSON over HTTPS, ``/v3/cluster/member/list`` and friends),
@@ -175,8 +175,25 @@ class Kubectl:
             raise Rke2Error("kubectl %s failed (rc=%s): %s" % (" ".join(args), rc, " ".join((err or out).split())))
         return rc, out, err
 
+    def get(self, args):
+        out = self.run(["get"] + list(args) + ["-o", "json"])[1]
+        try:
+            return json.loads(out) if out.strip() else None
+        except ValueError:
+            raise Rke2Error("kubectl get %s gave no JSON: %s" % (" ".join(args), " ".join(out.split())[:200])) from None
+
     def nodes(self):
-        return json.loads(self.run(["get", "nodes", "-o", "json"])[1]).get("items", [])
+        return self.get(["nodes"]).get("items", [])
+
+    def node(self, name):
+        """The Node object, or None when the API does not know it."""
+        return self.get(["node", name, "--ignore-not-found"])
+
+    def pods_on(self, node):
+        return self.get(["pods", "--all-namespaces", "--field-selector", "spec.nodeName=" + node]).get("items", [])
+
+    def budgets(self):
+        return self.get(["poddisruptionbudgets", "--all-namespaces"]).get("items", [])
 
 
 def node_summary(node):
@@ -208,3 +225,131 @@ def node_state(summary, pods_left=0):
     if summary["unschedulable"]:
         return "draining" if pods_left else "drained"
     return "active"
+
+
+# What kubectl drain leaves alone and what it needs --force for (k8s.io/kubectl/pkg/drain/filters.go).
+MIRROR_POD_ANNOTATION = "kubernetes.io/config.mirror"
+FINISHED_PHASES = ("Succeeded", "Failed")
+# kubectl drain's words when its --timeout ran out, while evicting or while waiting for evicted pods to go.
+DRAIN_TIMEOUT_WORDS = "global timeout reached"
+_EVICTION_RETRY = re.compile(r'error when evicting pods/"([^"]+)" -n "([^"]+)" \(will retry after [^)]*\): (.*)')
+
+
+def pod_name(pod):
+    meta = pod.get("metadata", {})
+    return "%s/%s" % (meta.get("namespace", "default"), meta.get("name"))
+
+
+def controller_of(pod):
+    refs = [r for r in pod.get("metadata", {}).get("ownerReferences", []) if r.get("controller")]
+    return refs[0] if refs else None
+
+
+def drain_pods(pods):
+    """The pods ``kubectl drain --ignore-daemonsets`` evicts: all but a running DaemonSet's (the DaemonSet would
+    put it back at once) and the mirrors of static pods (the kubelet owns those), sorted by name."""
+    evicted = []
+    for pod in pods:
+        finished = pod.get("status", {}).get("phase") in FINISHED_PHASES
+        controller = controller_of(pod)
+        if controller and controller.get("kind") == "DaemonSet" and not finished:
+            continue
+        if MIRROR_POD_ANNOTATION in pod.get("metadata", {}).get("annotations", {}):
+            continue
+        evicted.append(pod)
+    return sorted(evicted, key=pod_name)
+
+
+def unmanaged(pod):
+    """A running pod no controller would recreate elsewhere: kubectl drain refuses it without --force."""
+    return controller_of(pod) is None and pod.get("status", {}).get("phase") not in FINISHED_PHASES
+
+
+def selects(selector, labels):
+    """Whether a LabelSelector selects ``labels`` (a null selector selects nothing, an empty one everything)."""
+    if selector is None:
+        return False
+    for key, value in selector.get("matchLabels", {}).items():
+        if labels.get(key) != value:
+            return False
+    for expression in selector.get("matchExpressions", []):
+        key, operator, values = expression.get("key"), expression.get("operator"), expression.get("values") or []
+        if operator == "In" and labels.get(key) not in values:
+            return False
+        if operator == "NotIn" and key in labels and labels[key] in values:
+            return False
+        if operator == "Exists" and key not in labels:
+            return False
+        if operator == "DoesNotExist" and key in labels:
+            return False
+    return True
+
+
+def budget_summary(budget):
+    meta, status = budget.get("metadata", {}), budget.get("status", {})
+    return {"name": "%s/%s" % (meta.get("namespace", "default"), meta.get("name")),
+            "disruptions_allowed": status.get("disruptionsAllowed", 0),
+            "current_healthy": status.get("currentHealthy", 0),
+            "desired_healthy": status.get("desiredHealthy", 0)}
+
+
+def blocking_budget(pod, budgets):
+    """The PodDisruptionBudget that refuses the pod's eviction now (it selects the pod and allows no disruption),
+    or None."""
+    meta = pod.get("metadata", {})
+    for budget in budgets:
+        if (budget.get("metadata", {}).get("namespace") == meta.get("namespace")
+                and selects(budget.get("spec", {}).get("selector"), meta.get("labels", {}))
+                and budget.get("status", {}).get("disruptionsAllowed", 0) < 1):
+            return budget
+    return None
+
+
+def eviction_refusals(kubectl_output):
+    """{ns/name: the API's last refusal} from kubectl drain's retry lines."""
+    said = {}
+    for line in (kubectl_output or "").splitlines():
+        match = _EVICTION_RETRY.search(line)
+        if match:
+            said["%s/%s" % (match.group(2), match.group(1))] = match.group(3).strip()
+    return said
+
+
+def why_left(pods, budgets, kubectl_output=""):
+    """({ns/name: why it is still on the node}, [the budgets that block some of them]) for pods a drain left."""
+    said = eviction_refusals(kubectl_output)
+    reasons, blocking = {}, []
+    for pod in pods:
+        name = pod_name(pod)
+        budget = blocking_budget(pod, budgets)
+        if budget is not None:
+            reasons[name] = "blocked by PodDisruptionBudget %s" % budget["metadata"]["name"]
+            if budget_summary(budget) not in blocking:
+                blocking.append(budget_summary(budget))
+        elif name in said:
+            reasons[name] = "eviction refused: %s" % said[name]
+        elif pod.get("metadata", {}).get("deletionTimestamp"):
+            reasons[name] = "evicted, still terminating"
+        else:
+            reasons[name] = "not evicted yet"
+    return reasons, blocking
+
+
+def pods_left_text(reasons, limit=None):
+    """'ns/a: why, ns/b: why' (with limit, the first ``limit`` and how many more)."""
+    names = sorted(reasons)
+    shown = names if limit is None else names[:limit]
+    text = ", ".join("%s: %s" % (n, reasons[n]) for n in shown)
+    return text + (", and %d more" % (len(names) - len(shown)) if len(names) > len(shown) else "")
+
+
+def drain_timed_out_message(node, timeout, reasons, budgets):
+    """Why a drain failed at its timeout, naming the pods still on the node and the budgets that hold them; shared
+    by the rke2_node module and its action plugin."""
+    message = "node %s not drained after %ss: %d pod(s) left (%s)" % (node, timeout, len(reasons),
+                                                                       pods_left_text(reasons))
+    for budget in budgets:
+        message += ("; PodDisruptionBudget %s allows %d disruption(s): %d pod(s) healthy, %d needed"
+                    % (budget["name"], budget["disruptions_allowed"], budget["current_healthy"],
+                       budget["desired_healthy"]))
+    return message

@@ -1,6 +1,6 @@
-"""The RKE2 modules' decisions: the quorum arithmetic, member and node states in the platform's words, and the plan
-rke2_etcd_member makes (all on data shaped as etcd and the Kubernetes API return it; the integration test runs them
-against a real etcd)."""
+"""The RKE2 modules' decisions: the quorum arithmetic, member and node states in the platform's words, the plan
+rke2_etcd_member makes, and which pods a drain evicts and why some are left (all on data shaped as etcd and the
+Kubernetes API return it; the integration test runs them against a real etcd)."""
 
 import pytest
 from ansible_collections.gpuaas.apps.plugins.module_utils import rke2
@@ -88,3 +88,63 @@ def test_info_judges_servers_by_their_etcd_member_too():
     assert details["a2"]["reason"].startswith("node a2 is not Ready (NodeStatusUnknown)")
     assert details["gone"]["reason"] == "node gone is not in the cluster (the API does not know it)"
     assert all(len(d) <= 16 for d in details.values())
+
+
+def pod(name, namespace="default", owner="ReplicaSet", labels=None, phase="Running", annotations=None):
+    meta = {"name": name, "namespace": namespace, "labels": labels or {}, "annotations": annotations or {}}
+    if owner:
+        meta["ownerReferences"] = [{"kind": owner, "name": "x", "controller": True}]
+    return {"metadata": meta, "status": {"phase": phase}}
+
+
+def test_a_drain_evicts_all_but_running_daemonset_pods_and_mirrors_as_kubectl_does():
+    pods = [pod("web-1"), pod("canal", owner="DaemonSet"), pod("done", owner="DaemonSet", phase="Succeeded"),
+            pod("etcd-s1", owner="Node", annotations={rke2.MIRROR_POD_ANNOTATION: "x"}), pod("bare", owner=None),
+            pod("job-done", owner=None, phase="Failed")]
+    assert [rke2.pod_name(p) for p in rke2.drain_pods(pods)] == ["default/bare", "default/done", "default/job-done",
+                                                                 "default/web-1"]
+    assert [p["metadata"]["name"] for p in pods if rke2.unmanaged(p)] == ["bare"]  # a finished one can go
+
+
+@pytest.mark.parametrize("selector, selected", [
+    (None, False),
+    ({}, True),
+    ({"matchLabels": {"app": "web"}}, True),
+    ({"matchLabels": {"app": "web", "tier": "db"}}, False),
+    ({"matchExpressions": [{"key": "app", "operator": "In", "values": ["web", "api"]}]}, True),
+    ({"matchExpressions": [{"key": "app", "operator": "NotIn", "values": ["web"]}]}, False),
+    ({"matchExpressions": [{"key": "tier", "operator": "NotIn", "values": ["web"]}]}, True),
+    ({"matchExpressions": [{"key": "app", "operator": "Exists"}]}, True),
+    ({"matchExpressions": [{"key": "app", "operator": "DoesNotExist"}]}, False),
+])
+def test_budget_selectors_select_as_label_selectors_do(selector, selected):
+    assert rke2.selects(selector, {"app": "web"}) is selected
+
+
+def budget(name, allowed, namespace="default", app="web"):
+    return {"metadata": {"name": name, "namespace": namespace}, "spec": {"selector": {"matchLabels": {"app": app}}},
+            "status": {"disruptionsAllowed": allowed, "currentHealthy": 2, "desiredHealthy": 2}}
+
+
+def test_why_pods_are_left_after_a_drain():
+    web = pod("web-1", labels={"app": "web"})
+    api = pod("api-1", labels={"app": "api"})
+    going = pod("old-1")
+    going["metadata"]["deletionTimestamp"] = "2025-01-01T00:00:00Z"
+    other = pod("web-1", namespace="other", labels={"app": "web"})
+    said = ('evicting pod default/api-1\nerror when evicting pods/"api-1" -n "default" (will retry after 5s): '
+            "Cannot evict pod as it would violate the pod's disruption budget.\n")
+    budgets = [budget("web", 0), budget("api", 1, app="api"), budget("web", 0, namespace="elsewhere")]
+    reasons, blocking = rke2.why_left([web, api, going, other], budgets, said)
+    assert reasons == {
+        "default/web-1": "blocked by PodDisruptionBudget web",
+        "default/api-1": "eviction refused: Cannot evict pod as it would violate the pod's disruption budget.",
+        "default/old-1": "evicted, still terminating",
+        "other/web-1": "not evicted yet",  # a budget only holds pods of its own namespace
+    }
+    assert blocking == [{"name": "default/web", "disruptions_allowed": 0, "current_healthy": 2, "desired_healthy": 2}]
+    assert rke2.drain_timed_out_message("a1", 600, reasons, blocking).startswith(
+        "node a1 not drained after 600s: 4 pod(s) left (default/api-1: eviction refused: ")
+    assert rke2.pods_left_text(reasons, 2) == ("default/api-1: eviction refused: Cannot evict pod as it would violate "
+                                               "the pod's disruption budget., default/old-1: evicted, still "
+                                               "terminating, and 2 more")
