@@ -346,8 +346,8 @@ def pods_left_text(reasons, limit=None):
 def drain_timed_out_message(node, timeout, reasons, budgets):
     """Why a drain failed at its timeout, naming the pods still on the node and the budgets that hold them; shared
     by the rke2_node module and its action plugin."""
-    message = "node %s not drained after %ss: %d pod(s) left (%s)" % (node, timeout, len(reasons),
-                                                                       pods_left_text(reasons))
+    message = "node %s not drained after %ss: %d pod(s) left (%s)" % (
+        node, timeout, len(reasons), pods_left_text(reasons))
     for budget in budgets:
         message += ("; PodDisruptionBudget %s allows %d disruption(s): %d pod(s) healthy, %d needed"
                     % (budget["name"], budget["disruptions_allowed"], budget["current_healthy"],

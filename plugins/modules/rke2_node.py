@@ -19,7 +19,7 @@ description:
     pods, with C(kubectl drain --ignore-daemonsets --delete-emptydir-data). Pods go by evictions, never by plain
     deletions, so PodDisruptionBudgets are honoured; a budget that allows no disruption keeps its pods on the node
     until it does, or until O(timeout), when the module fails naming the pods still on the node and the budgets
-    that hold them. Pods that declare no controller would be lost for good: the module refuses them, changing
+    that hold them. Pods that declare no controller would be lost for good, so the module refuses them, changing
     nothing, unless O(force=true).
   - O(state=absent) deletes the Node object (C(kubectl delete node)). It does not drain: cordon and drain first.
   - A node already in the requested state is left alone (a cordoned node without pods left to evict is drained);
@@ -290,7 +290,9 @@ def drain(module, kubectl, node):
     if rc != 0 and node.pods and DRAIN_TIMEOUT_WORDS in kubectl_said:
         module.fail_json(msg=drain_timed_out_message(node.name, params["timeout"], reasons, budgets),
                          timed_out=True, **result)
-    words = " ".join((err or out).split()) or "no output"
+    # kubectl drain ends with its verdict ("error: ..."), after a line per eviction attempt.
+    verdicts = [line[len("error: "):] for line in (err or "").splitlines() if line.startswith("error: ")]
+    words = verdicts[-1] if verdicts else " ".join((err or out).split()) or "no output"
     if rc == 0:
         module.fail_json(msg="kubectl drain %s succeeded, but %d pod(s) are on the node again (%s)"
                              % (node.name, len(reasons), pods_left_text(reasons)), **result)

@@ -139,6 +139,12 @@ elif words[:1] == ["drain"]:
         stdout += "evicting pod %%s\n" %% name(pod)
     while pods:
         for pod in list(pods):
+            failure = pod["metadata"].get("annotations", {}).get("x-eviction-error")
+            if failure:  # the API answers the eviction with an error that is no 429: kubectl gives up at once
+                why = 'error when evicting pods/"%%s" -n "%%s": %%s' %% (
+                    pod["metadata"]["name"], pod["metadata"]["namespace"], failure)
+                out(stdout, 1, err + 'error: unable to drain node "%%s" due to error: %%s, continuing command...\n'
+                    'There are pending nodes to be drained:\n %%s\nerror: %%s\n' %% (node, why, node, why))
             if blocker(pod):
                 err += ('error when evicting pods/"%%s" -n "%%s" (will retry after 5s): Cannot evict pod as it would '
                         'violate the pod\'s disruption budget.\n'
@@ -358,6 +364,18 @@ def test_a_refusal_no_budget_explains_is_named_in_kubectls_words(kubectl):
         "default/web-1": "eviction refused: Cannot evict pod as it would violate the pod's disruption budget."}
 
 
+def test_a_drain_kubectl_gives_up_on_fails_at_once_in_its_words(kubectl):
+    broken = pod_object("api-1")
+    broken["metadata"]["annotations"] = {"x-eviction-error": "Internal error occurred: etcdserver: request timed out"}
+    web_cluster(kubectl, extra_pods=[broken])
+    ended = run(kubectl, state="drained", timeout=30)
+    assert ended.failed and "timed_out" not in ended.result
+    assert ended.result["msg"] == (
+        'kubectl drain a1 failed (rc=1): error when evicting pods/"api-1" -n "default": Internal error occurred: '
+        "etcdserver: request timed out; 1 pod(s) left (default/api-1: not evicted yet)")
+    assert ended.result["evicted"] == ["default/web-1"] and ended.result["changed"] is True
+
+
 def test_pods_without_a_controller_are_refused_without_force(kubectl):
     web_cluster(kubectl, extra_pods=[pod_object("debug", owner=None)])
     ended = run(kubectl, state="drained")
@@ -461,14 +479,15 @@ def test_a_waiting_drain_prints_progress_then_succeeds(tmp_path, kubectl):
 
 def test_a_drain_blocked_until_the_timeout_fails_naming_the_whole_wait(tmp_path, kubectl):
     web_cluster(kubectl, blocked_for=3600)
-    result, output = ansible(tmp_path, kubectl, state="drained", timeout=4, progress_interval=2)
+    result, output = ansible(tmp_path, kubectl, state="drained", timeout=6, progress_interval=2)
     assert result["failed"] is True and result["timed_out"] is True and result["changed"] is True
-    assert result["msg"] == ("node a1 not drained after 4s: 1 pod(s) left (default/web-1: blocked by "
+    assert result["msg"] == ("node a1 not drained after 6s: 1 pod(s) left (default/web-1: blocked by "
                              "PodDisruptionBudget web); PodDisruptionBudget default/web allows 0 disruption(s): "
                              "1 pod(s) healthy, 1 needed")
     steps = [s[-1] for s in kubectl.calls("drain")]
-    assert len(steps) == 2 and steps[0] == "--timeout=2s"  # the second one gets what is left of the 4 s
-    assert output.count("still draining") == 1
+    # Steps of 2 s (the last one what is left of the 6 s), each but the last followed by a line.
+    assert 2 <= len(steps) <= 3 and steps[0] == "--timeout=2s", steps
+    assert output.count("still draining") == len(steps) - 1
 
 
 def test_without_progress_the_drain_is_one_step(tmp_path, kubectl):
