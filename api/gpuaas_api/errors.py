@@ -59,6 +59,8 @@ ERROR_CODES: dict[str, int] = {
     "no_previous_version": 409, "idempotency_key_reused": 409, "operation_finished": 409,
     "operation_in_progress": 409, "no_playbook": 422, "no_status_module": 422, "role_minimum": 409,
     "no_cleanup_playbook": 409,
+    # runtime access credentials
+    "credential_unavailable": 502,
 }
 
 ErrorCode = Literal[
@@ -76,7 +78,7 @@ ErrorCode = Literal[
     "placement.host", "duplicate_node_name", "instance_already_deployed", "instance_decommissioning",
     "action_not_supported", "member_already_removed", "member_busy", "member_state_conflict", "already_at_version",
     "no_previous_version", "idempotency_key_reused", "operation_finished", "operation_in_progress", "no_playbook",
-    "no_status_module", "role_minimum", "no_cleanup_playbook",
+    "no_status_module", "role_minimum", "no_cleanup_playbook", "credential_unavailable",
 ]
 assert set(get_args(ErrorCode)) == set(ERROR_CODES), "ErrorCode and ERROR_CODES list the same codes"
 
@@ -213,7 +215,8 @@ def install(app: FastAPI) -> None:
 
 _STATUS_TEXT = {400: "Bad request", 401: "Unauthenticated", 403: "Forbidden (permission or policy)",
                 404: "Not found", 409: "Conflict with the current state", 413: "Request body too large",
-                422: "Validation or compatibility error", 429: "Quota exceeded", 503: "Database unavailable"}
+                422: "Validation or compatibility error", 429: "Quota exceeded",
+                502: "No host of the instance answered", 503: "Database unavailable"}
 
 # What every route can answer, whatever it does.
 COMMON_CODES = ("bad_request", "invalid_cursor", "unauthenticated", "forbidden", "not_found", "payload_too_large",

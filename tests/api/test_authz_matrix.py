@@ -11,13 +11,15 @@ import itertools
 import uuid
 from collections.abc import Callable
 from dataclasses import dataclass, replace
+from pathlib import Path
 from typing import Any
 
 import pytest
 from gpuaas_api import db as dbmod
 from gpuaas_api.app import create_app
 from gpuaas_api.config import OperationSettings
-from gpuaas_api.content.store import ContentStore
+from gpuaas_api.content.store import embedded_store
+from operations.helpers import CREDENTIAL, TEST_APP, point_credential, publish_test_app, use_local_connection
 
 from .world import ACTORS, DIGEST, SLURM_ADAPTER, SLURM_COMPAT, World, create_instance, register_allocation
 
@@ -36,6 +38,7 @@ def uniq(prefix: str) -> str:
 class Ctx:
     w: World
     database: dbmod.Database
+    files: Path  # where the test app's credential module reads its secret
 
     @property
     def ids(self):
@@ -139,6 +142,26 @@ class Ctx:
         self.sql("INSERT INTO operation_artifacts (operation_id, attempt, tarball) VALUES (%s, 1, %s) RETURNING 1",
                  (op, b"not really a tarball"))
         return op
+
+    def credential_instance(self) -> str:
+        """A running instance of the test app (tests/apps/opsapp, its build registered through the API) whose worker
+        keeps the credential the app declares: an allowed call reads it for real, with a local connection."""
+        if "credential_instance" not in self.ids:
+            publish_test_app(self.w)
+            self.w.call(PA, "POST", f"/v1/projects/{self.ids['project_a1']}/entitlements", 201,
+                        json={"app_slug": TEST_APP})
+            instance = self.w.call(PADM, "POST", f"/v1/projects/{self.ids['project_a1']}/instances", 201, json={
+                "name": uniq("creds"), "app_slug": TEST_APP, "allocation_ids": [self.ids[self.fresh_allocation()]],
+                "topology": [{"role": "controller", "count": 1}, {"role": "worker", "count": 1}]}).json()
+            self.sql("UPDATE app_instances SET status = 'running' WHERE id = %s RETURNING id", (instance["id"],))
+            self.sql("UPDATE app_instance_members SET status = 'active' WHERE instance_id = %s RETURNING id",
+                     (instance["id"],))
+            worker = self.sql("SELECT node_name FROM app_instance_members WHERE instance_id = %s AND role = 'worker'",
+                              (instance["id"],))
+            point_credential(self.sql, instance["app_version_id"], self.files)
+            (self.files / f"{worker['node_name']}.secret").write_text("the matrix's secret")
+            self.ids["credential_instance"] = instance["id"]
+        return self.ids["credential_instance"]
 
     def member_id(self) -> str:
         return str(self.sql("SELECT id FROM app_instance_members WHERE instance_id = %s LIMIT 1",
@@ -335,6 +358,8 @@ CASES: list[Case] = [
       lambda x, a: ("GET", f"/v1/operations/{x.queued_operation()}", {})),
     c("POST", "/v1/operations/{operation_id}/cancel", {TA, PADM, SA},
       lambda x, a: ("POST", f"/v1/operations/{x.queued_operation()}/cancel", {})),
+    c("POST", "/v1/instances/{instance_id}/credentials/{name}", {TA, PADM, SA}, lambda x, a: (
+        "POST", f"/v1/instances/{x.credential_instance()}/credentials/{CREDENTIAL}", {})),
     c("GET", "/v1/instances/{instance_id}/inventory", PROJECT_READERS,
       lambda x, a: ("GET", f"/v1/instances/{x.ids['instance_a1']}/inventory", {})),
     c("GET", "/v1/instances/{instance_id}/operations", PROJECT_READERS,
@@ -370,10 +395,12 @@ def ctx(shared, tmp_path_factory):
     # Every probe that creates an instance or queues an operation does so in one project: lift the
     # project quotas here (their own test is tests/security/test_f7_fairness.py).
     shared.app.state.settings = replace(shared.app.state.settings, max_instances_per_project=0)
-    shared.app.state.operation_settings = OperationSettings(max_open_operations_per_project=0,
-                                                            state_dir=tmp_path_factory.mktemp("state"))
-    shared.app.state.content_store = ContentStore(tmp_path_factory.mktemp("content"))
-    return Ctx(shared.world, shared.database)
+    state = tmp_path_factory.mktemp("state")
+    shared.app.state.operation_settings = OperationSettings(max_open_operations_per_project=0, state_dir=state)
+    shared.app.state.content_store = embedded_store(state)  # the one runs install their collection from
+    with pytest.MonkeyPatch.context() as patch:
+        use_local_connection(patch)  # no SSH here: a credential's read reaches its test host locally
+        yield Ctx(shared.world, shared.database, tmp_path_factory.mktemp("credentials"))
 
 
 def test_every_route_has_a_case():

@@ -19,6 +19,7 @@ from operations.helpers import serving
 
 pg_uri, db_url, database, client = ops_fixtures.pg_uri, ops_fixtures.db_url, ops_fixtures.database, ops_fixtures.client
 app, ops, _no_stray_env = ops_fixtures.app, ops_fixtures.ops, ops_fixtures._no_stray_env
+local_hosts = ops_fixtures.local_hosts
 
 
 @pytest.fixture
@@ -48,12 +49,13 @@ class Cli:
         return env | {"HOME": str(self.home), "XDG_CONFIG_HOME": str(self.home / "config"), "NO_COLOR": "1"} | extra
 
     def __call__(self, *args: str, token: str | None = None, stdin: str | None = None, timeout: float = 180,
-                 api: bool = True, umask: int | None = None, **env: str) -> subprocess.CompletedProcess:
-        """`gpuaas ARGS` with GPUAAS_API set to the served app (unless not `api`: the config file only),
-        and GPUAAS_TOKEN when `token` is given."""
+                 api: bool = True, umask: int | None = None, cwd: Path | None = None,
+                 **env: str) -> subprocess.CompletedProcess:
+        """`gpuaas ARGS` (in `cwd`, default this process's) with GPUAAS_API set to the served app (unless not
+        `api`: the config file only), and GPUAAS_TOKEN when `token` is given."""
         extra = ({"GPUAAS_API": self.url} if api else {}) | ({"GPUAAS_TOKEN": token} if token else {}) | env
         return subprocess.run([GPUAAS, *args], env=self.env(**extra), input=stdin, capture_output=True, text=True,
-                              timeout=timeout, preexec_fn=None if umask is None else lambda: os.umask(umask))
+                              timeout=timeout, cwd=cwd, preexec_fn=None if umask is None else lambda: os.umask(umask))
 
     def popen(self, *args: str, token: str, **kwargs) -> subprocess.Popen:
         return subprocess.Popen([GPUAAS, *args], env=self.env(GPUAAS_API=self.url, GPUAAS_TOKEN=token),

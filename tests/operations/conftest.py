@@ -8,7 +8,6 @@ Slurm cluster is absent (the lead's end-to-end test covers real hosts)."""
 from __future__ import annotations
 
 import os
-import sys
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -18,12 +17,11 @@ from cryptography.fernet import Fernet
 from gpuaas_api import db as dbmod
 from gpuaas_api.app import create_app
 from gpuaas_api.config import DEFAULT_OPERATION_TIMEOUTS, OperationSettings
-from gpuaas_api.executor import plan as planner
 from gpuaas_api.executor.worker import Worker
 
 from api import conftest as api_fixtures
 
-from .helpers import TEST_APP, publish_test_app
+from .helpers import TEST_APP, publish_test_app, use_local_connection
 
 # The API tests' fixtures, reused: embedded PostgreSQL, per-test database clone, client.
 pg_uri, db_url, database, client = api_fixtures.pg_uri, api_fixtures.db_url, api_fixtures.database, api_fixtures.client
@@ -111,14 +109,5 @@ def _no_stray_env():
 
 @pytest.fixture
 def local_hosts(monkeypatch):
-    """No SSH here: a status read-back reaches the test hosts with a local connection. (The catalog and the
-    planner refuse ansible_* variables, so this is set where no tenant can reach.)"""
-    build_inventory = planner._inventory
-
-    def local_inventory(*args):
-        inventory = build_inventory(*args)
-        for hostvars in inventory["all"]["hosts"].values():
-            hostvars |= {"ansible_connection": "local", "ansible_python_interpreter": sys.executable}
-        return inventory
-
-    monkeypatch.setattr(planner, "_inventory", local_inventory)
+    """No SSH here: a status read-back or a credential's read reaches the test hosts with a local connection."""
+    use_local_connection(monkeypatch)

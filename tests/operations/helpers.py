@@ -6,6 +6,7 @@ import contextlib
 import functools
 import shutil
 import socket
+import sys
 import tempfile
 import threading
 import time
@@ -25,6 +26,7 @@ DESCRIPTOR = yaml.safe_load((OPSAPP / "adapters" / "opsapp.yml").read_text())
 TEST_APP = DESCRIPTOR["app"]["slug"]
 KINDS = list(DESCRIPTOR["actions"])
 PARAMETERS = DESCRIPTOR["parameters"]
+CREDENTIAL = next(iter(DESCRIPTOR["credentials"]))  # its one credential, read from a worker's host
 _BUILDS = Path(tempfile.mkdtemp(prefix="gpuaas-opsapp-builds-"))
 
 
@@ -56,6 +58,43 @@ def make_instance(ops, name: str, *, workers: int = 2, allocation: str = "alloc_
             "parameters": {"marker_dir": str(marker)} | parameters}
     instance = ops.w.call(actor, "POST", f"/v1/projects/{ops.ids['project_a1']}/instances", 201, json=body).json()
     return instance, marker
+
+
+def use_local_connection(monkeypatch) -> None:
+    """No SSH in these tests: runs reach the test hosts with a local connection. (The catalog and the planner
+    refuse ansible_* variables, so this is set where no tenant can reach.)"""
+    from gpuaas_api.executor import plan as planner
+
+    build_inventory = planner._inventory
+
+    def local_inventory(*args):
+        inventory = build_inventory(*args)
+        for hostvars in inventory["all"]["hosts"].values():
+            hostvars |= {"ansible_connection": "local", "ansible_python_interpreter": sys.executable}
+        return inventory
+
+    monkeypatch.setattr(planner, "_inventory", local_inventory)
+
+
+def point_credential(ops_sql: Callable, version_id: str, directory: Path) -> None:
+    """The test app's credential module reads `<directory>/<node name>.secret` on each host (a template the run
+    renders per host), where the tests write the secret; the catalog's path is a placeholder."""
+    ops_sql("""UPDATE app_versions SET adapter = jsonb_set(adapter, ARRAY['credentials', %s, 'options', 'path'],
+                                                        to_jsonb(%s::text))
+                WHERE id = %s RETURNING id""",
+            (CREDENTIAL, str(directory / "{{ inventory_hostname }}.secret"), version_id))
+
+
+def deployed_with_credential(ops, name: str) -> tuple[str, list[str], Path]:
+    """A running instance of the test app (deployed by a worker), its workers' node names, and the directory its
+    credential module reads `<node name>.secret` from."""
+    instance, marker = make_instance(ops, name)
+    worker = ops.start_worker()
+    op = wait_op(ops, ops.w.call("service_account", "POST", f"/v1/instances/{instance['id']}/deploy", 202).json()["id"])
+    assert op["status"] == "succeeded", op
+    worker.stop.set()
+    point_credential(ops.sql, instance["app_version_id"], marker)
+    return instance["id"], sorted(m["node_name"] for m in members(ops, instance["id"]) if m["role"] == "worker"), marker
 
 
 def wait_for(predicate: Callable[[], object], timeout: float = 60, interval: float = 0.1, what: str = "condition"):

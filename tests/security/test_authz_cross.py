@@ -95,7 +95,7 @@ def _targets(w, database, side: str) -> tuple[dict, set[str]]:
          "binding_id": binding, "instance_id": instance, "member_id": member, "operation_id": operation,
          "allocation_id": w.ids[alloc], "overlay_id": overlay, "slug": "slurm", "app_slug": "slurm",
          "version": "1.0.0", "version_id": version["id"], "artifact_id": version["artifact_id"],
-         "digest": "sha256:" + "ab" * 32}
+         "digest": "sha256:" + "ab" * 32, "name": "admin"}
     secrets = {str(t[k]) for k in SCOPED_PARAMS if k != "tenant_id" or side == "tenant"}
     for path in (f"/v1/instances/{instance}", f"/v1/users/{user}"):
         body = w.call(pa if "users" in path else admin, "GET", path, 200).json()

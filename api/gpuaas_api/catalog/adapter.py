@@ -2,8 +2,8 @@
 
 An app's collection ships it as a descriptor file (`adapters/<app>.yml`, an `AppDescriptor`); the
 catalog stores the `AdapterSpec` part with each app version and validates it here. The core reads
-roles, groups, playbooks, target variables, secrets, parameters and status read-back only from it,
-so nothing in core knows a scheduler. Its JSON Schema is published as docs/adapter-spec.schema.json.
+roles, groups, playbooks, target variables, secrets, parameters, status read-back and credentials only
+from it, so nothing in core knows a scheduler. Its JSON Schema is published as docs/adapter-spec.schema.json.
 """
 
 from __future__ import annotations
@@ -28,6 +28,10 @@ VariableName = Annotated[str, StringConstraints(pattern=r"^[a-z][a-z0-9_]{0,63}$
 _NAME = r"[a-z][a-z0-9_]{0,63}"
 ContentName = Annotated[str, StringConstraints(pattern=rf"^{_NAME}\.{_NAME}\.{_NAME}$")]
 VersionString = Annotated[str, StringConstraints(pattern=r"^[0-9A-Za-z][0-9A-Za-z.+_\-]{0,63}$")]
+# A credential's name: a path segment of POST /v1/instances/{id}/credentials/{name}.
+CredentialName = Annotated[str, StringConstraints(pattern=r"^[a-z][a-z0-9_-]{0,63}$")]
+MediaType = Annotated[str, StringConstraints(pattern=r"^[a-z]+/[a-z0-9][a-z0-9.+-]{0,99}$")]
+FileName = Annotated[str, StringConstraints(pattern=r"^[A-Za-z0-9][A-Za-z0-9._-]{0,127}$")]
 # Kinds whose request names members, and the target variables each needs.
 TARGETS_NEEDED: dict[str, tuple[str, ...]] = {
     "member_add": ("members",), "member_drain": ("members",), "member_resume": ("members",),
@@ -102,6 +106,21 @@ class StatusSpec(Strict):
                                                          description="further module options, set by the catalog")
 
 
+class CredentialSpec(Strict):
+    """A runtime access credential of the app (an admin client configuration, say) that a tenant fetches through
+    `POST /v1/instances/{id}/credentials/{name}`: `module` runs ad hoc, as the status read-back does, on one live
+    member of `role` at a time until one answers, with `options` (templated per host; no tenant values). Its
+    return value `result_key` is the content, answered once, audited, and never stored, logged or kept in a file."""
+    description: Text = ""
+    module: ContentName
+    role: RoleName
+    options: dict[VariableName, str | int | bool] = Field(default_factory=dict,
+                                                         description="module options, set by the catalog")
+    result_key: VariableName = Field(description="the module's return key that holds the content (a string)")
+    media_type: MediaType = Field(description="what the content is, e.g. application/yaml")
+    filename: FileName = Field(description="the file name a client suggests for it, e.g. config.yaml")
+
+
 class WorkloadSpec(Strict):
     """What the app runs besides its collection: every version pins one artifact of `artifact_kind`
     (an OCI image), by its own digest, and each run gets it in `variable` as
@@ -135,6 +154,8 @@ class AdapterSpec(Strict):
         description='JSON Schema of what a tenant may set: {"type": "object", "additionalProperties": false, '
                     '"properties": {...}}; default: nothing')
     status: StatusSpec | None = None
+    credentials: dict[CredentialName, CredentialSpec] = Field(
+        default_factory=dict, max_length=16, description="runtime access credentials a tenant may fetch by name")
     workload: WorkloadSpec | None = Field(default=None, description="the artifact each version pins for the "
                                           "app to run (e.g. its OCI image); none for apps that are only a collection")
     health: HealthSpec | None = None
@@ -163,6 +184,8 @@ class AdapterSpec(Strict):
             for role in [self.status.role, *self.status.member_roles, *self.status.host_roles]:
                 if role not in names:
                     problems.append(f"status names role {role!r}, which is not in roles")
+        problems += [f"credentials.{name} names role {c.role!r}, which is not in roles"
+                     for name, c in self.credentials.items() if c.role not in names]
         platform_vars = self.platform_variables()
         if len(platform_vars) != len(self.secrets) + len(self.target_variables()) + len(self.workload_variables()):
             problems.append("the secrets, target variables and workload variables must have distinct names")
@@ -180,8 +203,8 @@ class AdapterSpec(Strict):
         return self
 
     def _content_problems(self) -> list[str]:
-        """The playbooks and the status module come from one collection, the app's own (the one
-        actions.deploy names), never from Ansible's (ansible.*): a status module such as
+        """The playbooks, the status module and the credential modules come from one collection, the app's
+        own (the one actions.deploy names), never from Ansible's (ansible.*): a status module such as
         ansible.builtin.shell would run whatever the catalog's options say on the app's hosts.
         `gpuaas apps register` also checks that this collection is the build's and ships them."""
         deploy = self.actions.get("deploy")
@@ -192,6 +215,7 @@ class AdapterSpec(Strict):
             return [f"actions.deploy {deploy!r} is in Ansible's own namespace, not in an app's collection"]
         named = [(f"actions.{kind}", name) for kind, name in self.actions.items()]
         named += [("status.module", self.status.module)] if self.status else []
+        named += [(f"credentials.{name}.module", c.module) for name, c in self.credentials.items()]
         named += [("cleanup", self.cleanup)] if self.cleanup else []
         return [f"{where} {name!r} is not in the app's collection ({collection}, which actions.deploy names)"
                 for where, name in named if name.rpartition(".")[0] != collection]

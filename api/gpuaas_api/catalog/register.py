@@ -55,7 +55,7 @@ def build(source: Path, out: Path) -> Path:
 
 def descriptors(tarball: Path) -> list[AppDescriptor]:
     """Every adapters/*.yml of the build, validated, and each checked against the build's content: the
-    playbooks and the status module it names are in this collection."""
+    playbooks, the status module and the credential modules it names are in this collection."""
     manifest = collection_manifest(tarball)
     fqcn = f"{manifest['namespace']}.{manifest['name']}."
     with tarfile.open(tarball) as tar:
@@ -70,8 +70,9 @@ def descriptors(tarball: Path) -> list[AppDescriptor]:
         except (ValidationError, yaml.YAMLError) as exc:
             raise RegisterError(f"{path}: {exc}") from None
         wanted = {f"playbooks/{p.removeprefix(fqcn)}.yml": p for p in descriptor.actions.values()}
-        if descriptor.status:
-            wanted[f"plugins/modules/{descriptor.status.module.removeprefix(fqcn)}.py"] = descriptor.status.module
+        modules = [descriptor.status.module] if descriptor.status else []
+        modules += [c.module for c in descriptor.credentials.values()]
+        wanted |= {f"plugins/modules/{m.removeprefix(fqcn)}.py": m for m in modules}
         missing = sorted(name for file, name in wanted.items() if not name.startswith(fqcn) or file not in names)
         if missing:
             raise RegisterError(f"{path} names content this collection ({fqcn[:-1]}) does not ship: "

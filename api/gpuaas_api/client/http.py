@@ -21,6 +21,8 @@ from .errors import ApiError, ClientError, StreamEnded, unreachable
 RETRY_STATUSES = frozenset({502, 503, 504})
 RETRY_DELAYS = (0.5, 1.0, 2.0)
 PAGE_LIMIT = 500
+# The service reads a credential from the instance's hosts, one after the other, while the request waits.
+CREDENTIAL_TIMEOUT = 300.0
 
 
 def api_error(response: httpx.Response) -> ApiError:
@@ -61,13 +63,15 @@ class Client:
     # -- requests --------------------------------------------------------------------------------------
 
     def request(self, method: str, path: str, *, json_body: Any = None, params: dict | None = None,
-                headers: dict | None = None, retry: bool) -> Any:
+                headers: dict | None = None, retry: bool, timeout: float | None = None) -> Any:
         """The decoded JSON answer (None for 204). `retry`: repeat on a lost connection or a 502/503/504,
-        for requests that are safe to repeat (reads, and posts carrying an Idempotency-Key)."""
+        for requests that are safe to repeat (reads, and posts carrying an Idempotency-Key); `timeout`:
+        seconds, instead of the client's."""
         attempts = len(RETRY_DELAYS) + 1 if retry else 1
         for attempt in range(attempts):
             try:
-                response = self.http.request(method, path, json=json_body, params=params, headers=headers)
+                response = self.http.request(method, path, json=json_body, params=params, headers=headers,
+                                             timeout=timeout or self.http.timeout)
             except httpx.TransportError as exc:
                 if attempt + 1 < attempts:
                     time.sleep(RETRY_DELAYS[attempt])
@@ -102,6 +106,12 @@ class Client:
         """POST a lifecycle or member action; the same key (per caller and instance) returns the same
         operation, so a retry after a lost answer never runs it twice."""
         return self.post(path, body, idempotency_key=idempotency_key or new_idempotency_key())
+
+    def issue_credential(self, instance_id: str, name: str) -> dict:
+        """A runtime access credential of the instance ({name, media_type, filename, content, node_name,
+        issued_at}); never retried: every issuance is one the service audits."""
+        return self.request("POST", f"/v1/instances/{instance_id}/credentials/{name}", retry=False,
+                            timeout=CREDENTIAL_TIMEOUT)
 
     # -- the event stream ------------------------------------------------------------------------------
 

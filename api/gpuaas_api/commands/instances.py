@@ -1,8 +1,12 @@
-"""`gpuaas instances list|show`: a tenant's app instances, through the public API."""
+"""`gpuaas instances list|show|credential`: a tenant's app instances, through the public API."""
 
 from __future__ import annotations
 
 import argparse
+import os
+import sys
+import tempfile
+from pathlib import Path
 
 from ..client.cli import command, json_output, output_option, project_option, project_ref
 
@@ -21,6 +25,16 @@ def register(sub: argparse._SubParsersAction) -> None:
     project_option(show)
     output_option(show)
     show.set_defaults(func=show_instance)
+    cred = isub.add_parser("credential", help="fetch a runtime access credential the instance's app declares (e.g. "
+                                              "an admin configuration) into a file only you may read")
+    cred.add_argument("instance", metavar="ID|NAME")
+    cred.add_argument("credential", metavar="CREDENTIAL", help="its name, as the app's adapter declares it")
+    cred.add_argument("-o", "--output-file", dest="file", metavar="FILE",
+                      help="the file to create, mode 0600 (default: the file name the app suggests, in the current "
+                           "directory); - prints the credential instead")
+    cred.add_argument("--force", action="store_true", help="replace FILE when it exists")
+    project_option(cred)
+    cred.set_defaults(func=fetch_credential)
 
 
 def roles(instance: dict, by_status: bool = False) -> str:
@@ -106,3 +120,52 @@ def show_instance(args, client) -> int:
         print(table(["OPERATION", "KIND", "STATUS", "CREATED"],
                     [[op["id"], op["kind"], op["status"], when(op["created_at"])] for op in open_ops]))
     return 0
+
+
+@command
+def fetch_credential(args, client) -> int:
+    from ..client import lookup
+    from ..client.errors import ClientError
+
+    instance = lookup.instance(client, args.instance, project_ref(args))
+    version = client.get(f"/v1/catalog/apps/{instance['app_slug']}/versions/{instance['app_version']}")
+    declared = version["adapter"].get("credentials") or {}
+    if args.credential not in declared:
+        raise ClientError(f"{instance['app_slug']} {instance['app_version']} declares no credential "
+                          f"{args.credential} (it declares: {', '.join(sorted(declared)) or 'none'})")
+    path = None if args.file == "-" else Path(args.file or declared[args.credential]["filename"])
+    # Decided before asking: every issuance is audited, so none is made for a file that would be refused.
+    if path is not None and (path.exists() or path.is_symlink()) and not args.force:
+        raise ClientError(f"{path} exists; pass --force to replace it")
+    issued = client.issue_credential(instance["id"], args.credential)
+    if path is None:
+        sys.stdout.write(issued["content"])
+        return 0
+    try:
+        write_private(path, issued["content"], replace=args.force)
+    except OSError as exc:
+        raise ClientError(f"cannot write {path}: {exc.strerror} (the credential was issued; ask again)") from None
+    print(f"{path}: {issued['media_type']}, credential {issued['name']} of {instance['name']} from "
+          f"{issued['node_name']} (mode 0600)")
+    return 0
+
+
+def write_private(path: Path, content: str, *, replace: bool) -> None:
+    """Creates `path` with `content`, readable and writable by its owner alone (0600 whatever the umask).
+    An existing file is refused unless `replace`; then a new file takes its place, so an old file's wider
+    mode or other links never see the content."""
+    if not replace:
+        fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+        staged = None
+    else:
+        fd, staged = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.")
+    try:
+        os.fchmod(fd, 0o600)
+        with os.fdopen(fd, "w") as f:
+            f.write(content)
+        if staged is not None:
+            os.replace(staged, path)
+    except BaseException:
+        if staged is not None:
+            Path(staged).unlink(missing_ok=True)
+        raise

@@ -1,7 +1,7 @@
 """What one run needs, computed from the database and the app version's adapter spec
 (catalog/adapter.py): the collection content to run (by digest), the playbook (or the status module
-for refresh), an inventory of the instance's members on their allocation hosts, extra vars and
-secret vars.
+for refresh, or a credential's module), an inventory of the instance's members on their allocation
+hosts, extra vars and secret vars.
 
 The inventory is the instance's (instances/inventory.py, the same one operators and AWX get), with
 the platform's SSH key. Extra vars, later ones winning:
@@ -20,10 +20,10 @@ from uuid import UUID
 import psycopg
 
 from ..catalog import parameters
-from ..catalog.adapter import AdapterSpec, stored_spec
+from ..catalog.adapter import AdapterSpec, CredentialSpec, stored_spec
 from ..catalog.service import get_version_by_id, workload_image
 from ..config import OperationSettings
-from ..errors import unprocessable
+from ..errors import not_found, unprocessable
 from ..health.verdict import HostAnswer, MemberView, Verdict, judge
 from ..instances import inventory
 from ..registry import credentials
@@ -34,6 +34,8 @@ from ..secrets import service as secrets
 LIVE = ("joining", "active", "draining", "drained", "removing")
 # The target that names the members an operation kind takes out of the instance.
 LEAVING_TARGET = {"member_remove": "members", "member_replace": "old"}
+# Members that may answer for a running cluster (a credential's read): serving ones, active first.
+SERVING = ("active", "draining", "drained")
 
 
 @dataclass
@@ -157,6 +159,29 @@ def status_plan(conn: psycopg.Connection, settings: OperationSettings, instance:
     asked = set(plan.node_members.values())
     plan.member_views = [MemberView(str(m["id"]), m["node_name"], m["status"], str(m["id"]) in asked) for m in members]
     return plan
+
+
+def credential_plan(conn: psycopg.Connection, settings: OperationSettings, instance: dict,
+                    name: str) -> tuple[RunPlan, CredentialSpec]:
+    """A credential the adapter declares (credentials[name], else 404): its module with the catalog's
+    options alone (no tenant values), to be asked on the serving members of its role
+    (`checked_hosts`, active ones first; `node_members` maps them to member ids), one at a time (the
+    caller sets `host_pattern`)."""
+    version = get_version_by_id(conn, instance["app_version_id"])
+    spec = stored_spec(version)
+    credential = spec.credentials.get(name)
+    if credential is None:
+        raise not_found("credential", name)
+    members = _members(conn, instance["id"], list(LIVE), [])
+    plan = RunPlan(kind="credential", inventory=_inventory(settings, spec, instance, members), extravars={},
+                   secret_vars={},
+                   content_digest=version["artifact_digest"] if version["artifact_kind"] == "collection" else None)
+    plan.module = credential.module
+    plan.module_args = json.dumps(credential.options)
+    serving = [m for m in members if m["role"] == credential.role and m["status"] in SERVING]
+    plan.checked_hosts = [m["node_name"] for m in sorted(serving, key=lambda m: SERVING.index(m["status"]))]
+    plan.node_members = {m["node_name"]: str(m["id"]) for m in serving}
+    return plan, credential
 
 
 def _inventory(settings: OperationSettings, spec: AdapterSpec, instance: dict, members: list[dict]) -> dict:

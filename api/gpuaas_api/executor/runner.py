@@ -81,7 +81,7 @@ GUARD = [sys.executable, "-I", "-S", str(Path(__file__).with_name("guard.py"))]
 # Private directories of a run under the temp dir (the secrets' pipe, ssh control sockets): each
 # name carries its worker's pid and that process's start time, so that a worker starting later can
 # tell the ones a dead worker left (sweep_scratch) from a live worker's.
-SCRATCH_KINDS = ("secrets", "cp", "health")
+SCRATCH_KINDS = ("secrets", "cp", "health", "credential")
 
 
 def process_started(pid: int) -> str | None:
@@ -222,12 +222,14 @@ def kill_leftovers(marker: str) -> int:
 
 def run(settings: OperationSettings, op: dict, plan: RunPlan, collections_path: Path, *,
         on_event: Callable[[str, dict], None], should_stop: Callable[[], str | None],
-        run_dir: Path | None = None, connect_timeout: int | None = None) -> RunResult:
+        run_dir: Path | None = None, connect_timeout: int | None = None, keep_output: bool = True) -> RunResult:
     """Run the plan against exactly the collection content installed at `collections_path` (no other
     collection path is searched); `should_stop` returns a reason (canceled | timeout | lost) to kill
     the run's whole process group (ansible-runner SIGKILLs the pexpect child's group), else None.
     `run_dir`: where the run's files go (default: the operation's directory in the state dir);
-    `connect_timeout`: seconds a host gets to answer SSH (default: Ansible's)."""
+    `connect_timeout`: seconds a host gets to answer SSH (default: Ansible's);
+    `keep_output=False`: the module's result is a secret the caller takes from memory (module_results), so
+    none of the run's output is written (no stdout file, no job events) and nothing is packed."""
     pdd = run_dir or settings.state_dir / "runs" / str(op["id"]) / f"attempt-{op['attempt']}"
     pdd.mkdir(parents=True, exist_ok=True, mode=0o700)
     vars_file = pdd / "vars.yml"
@@ -260,7 +262,7 @@ def run(settings: OperationSettings, op: dict, plan: RunPlan, collections_path: 
     result = RunResult(status="failed", rc=None)
     stop_reason: list[str] = []
 
-    def handle(event: dict) -> bool:
+    def handle(event: dict) -> bool:  # True: ansible-runner writes the event to the run's job_events
         summary = summarize(event)
         d = event.get("event_data") or {}
         if summary:
@@ -282,7 +284,7 @@ def run(settings: OperationSettings, op: dict, plan: RunPlan, collections_path: 
             result.aborted = True
         if event.get("event") == "runner_on_ok" and plan.module and isinstance(d.get("res"), dict):
             result.module_results[d.get("host")] = d["res"]
-        return True
+        return keep_output
 
     def cancel() -> bool:
         if not stop_reason:
@@ -303,6 +305,9 @@ def run(settings: OperationSettings, op: dict, plan: RunPlan, collections_path: 
         runner = init_runner(**kwargs)
         runner.config.env = child_env(runner.config.env, env)
         runner.config.command = GUARD + runner.config.command
+        # Set here, not in `settings`: ansible-runner reads those from env/settings only, which it does not
+        # write with suppress_env_files, and its default (False) would write the run's stdout to a file.
+        runner.config.suppress_output_file = not keep_output
         runner.run()
         result.rc = runner.rc
         result.status = stop_reason[0] if stop_reason else runner.status
@@ -313,7 +318,8 @@ def run(settings: OperationSettings, op: dict, plan: RunPlan, collections_path: 
             kill_leftovers(str(op["id"]))
     log.info("operation %s %s: %s (rc=%s) in %.1fs", op["id"], op["kind"], result.status, result.rc,
              time.monotonic() - started)
-    result.tarball = pack(pdd, redact)
+    if keep_output:
+        result.tarball = pack(pdd, redact)
     return result
 
 

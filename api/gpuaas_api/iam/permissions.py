@@ -17,6 +17,8 @@ SCHEDULER_READ = frozenset({
 APPS_INSTANCE_ALL = frozenset({
     "apps.instance.create", "apps.instance.read", "apps.instance.update", "apps.instance.delete",
     "apps.member.operate",
+    # a runtime access credential the adapter declares (e.g. a cluster's admin configuration): more than a read
+    "apps.instance.credentials.issue",
 })
 PROJECT_READ = frozenset({
     "iam.project.read", "apps.catalog.read", "apps.instance.read", "allocations.read",

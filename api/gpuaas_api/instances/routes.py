@@ -3,17 +3,27 @@ from __future__ import annotations
 from typing import Annotated
 from uuid import UUID
 
-from fastapi import Query
+from fastapi import Query, Response
 
 from .. import docs, errors
 from ..audit import service as audit
-from ..catalog.adapter import RoleName
+from ..catalog.adapter import CredentialName, RoleName
 from ..common import Page, Slug, Token, decode_cursor
-from ..deps import DB, AppSettings, Caller, CursorParam, LimitParam, router
+from ..deps import DB, AppSettings, Caller, CursorParam, LimitParam, RunSettings, router
 from ..iam.service import get_project
 from ..location import LocatedRoute
-from . import service
-from .schemas import Event, Instance, InstanceCreate, InstanceStatus, InstanceUpdate, Inventory, Member, MemberStatus
+from . import credentials, service
+from .schemas import (
+    Event,
+    Instance,
+    InstanceCreate,
+    InstanceStatus,
+    InstanceUpdate,
+    Inventory,
+    IssuedCredential,
+    Member,
+    MemberStatus,
+)
 
 api = router("instances")
 api.route_class = LocatedRoute  # Location on 201/202 (gpuaas_api.location)
@@ -133,3 +143,19 @@ def list_events(instance_id: UUID, caller: Caller, db: DB,
         items, nxt = audit.list_events(conn, instance_id, after=decode_cursor(cursor), limit=limit,
                                        event_type=type, member_id=member_id, correlation_id=correlation_id)
     return {"items": items, "next_cursor": nxt}
+
+
+@api.post("/v1/instances/{instance_id}/credentials/{name}", operation_id="credentials_issue",
+          response_model=IssuedCredential,
+          responses=errors.responses("instance_not_operable", "version_not_usable", "credential_unavailable"))
+def issue_credential(instance_id: UUID, name: CredentialName, caller: Caller, db: DB, settings: RunSettings,
+                     response: Response):
+    """Issue a runtime access credential the instance's app declares (its adapter's `credentials`, e.g. a
+    cluster's admin configuration), read now from a serving member of the declared role (each in turn until
+    one answers). The answer is the only copy: nothing stores, logs or caches it; the issuance is audited
+    (`runtime_secret.issued`: who, which credential, which member; never the content). Needs
+    `apps.instance.credentials.issue`. 404 for a name the app does not declare, 409 `instance_not_operable`
+    unless the instance is running or degraded, 502 `credential_unavailable` when no member answered (each
+    member's reason in `details.attempts`)."""
+    response.headers["Cache-Control"] = "no-store"
+    return credentials.issue(db, settings, caller, instance_id, name)

@@ -192,3 +192,13 @@ class InventoryAll(BaseModel):
 class Inventory(BaseModel):
     """An Ansible inventory (the YAML inventory structure, as JSON) of the instance's members."""
     all: InventoryAll
+
+
+class IssuedCredential(BaseModel):
+    """A runtime access credential, as issued once: the response is its only copy (never stored, never logged)."""
+    name: str = Field(description="the credential's name in the app's adapter (`credentials`)")
+    media_type: str = Field(description="what `content` is, as the adapter declares it, e.g. application/yaml")
+    filename: str = Field(description="the file name the adapter suggests for it")
+    content: str = Field(description="the credential itself")
+    node_name: str = Field(description="the member whose host answered")
+    issued_at: datetime

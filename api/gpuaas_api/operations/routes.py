@@ -16,8 +16,7 @@ from starlette.concurrency import run_in_threadpool
 from .. import docs, errors
 from ..audit import service as audit
 from ..common import Page, decode_cursor
-from ..config import OperationSettings
-from ..deps import DB, AppSettings, Caller, CursorParam, LimitParam, router
+from ..deps import DB, AppSettings, Caller, CursorParam, LimitParam, get_operation_settings, router
 from ..errors import ApiError
 from ..iam.auth import principal_for_token_id
 from ..instances import service as instances
@@ -41,13 +40,6 @@ KeyHeader = Annotated[IdempotencyKey | None, Header(
 ACCEPTED = {"status_code": 202, "response_model": Operation}
 
 
-def _settings(request: Request) -> OperationSettings:
-    settings = getattr(request.app.state, "operation_settings", None)
-    if settings is None:
-        settings = request.app.state.operation_settings = OperationSettings()
-    return settings
-
-
 def _require(caller, kind: str, instance: dict) -> None:
     for key in KINDS[kind].permissions:
         caller.require(key, tenant_id=instance["tenant_id"], project_id=instance["project_id"])
@@ -60,7 +52,7 @@ def _accept(request: Request, db, caller, instance_id: UUID, kind: str, body: di
         _require(caller, kind, instance)
         if member_id is not None:
             instances.get_member(conn, instance_id, member_id)
-        return service.accept(conn, _settings(request), caller, instance_id, kind, body or {},
+        return service.accept(conn, get_operation_settings(request), caller, instance_id, kind, body or {},
                               member_id=member_id, idempotency_key=key)
 
 
