@@ -21,7 +21,7 @@ description:
     until it does, or until O(timeout), when the module fails naming the pods still on the node and the budgets
     that hold them. Pods that declare no controller would be lost for good, so the module refuses them, changing
     nothing, unless O(force=true).
-  - O(state=absent) deletes the Node object (C(kubectl delete node)). It does not drain: cordon and drain first.
+  - O(state=absent) deletes the Node object (C(kubectl delete node)). It does not drain; cordon and drain first.
   - A node already in the requested state is left alone (a cordoned node without pods left to evict is drained);
     a node that is not there is already absent.
 author:
