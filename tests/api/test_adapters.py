@@ -32,6 +32,8 @@ def test_every_shipped_descriptor_is_valid(path):
     descriptor = AppDescriptor.model_validate(yaml.safe_load(path.read_text()))
     for playbook in [*descriptor.actions.values(), *([descriptor.cleanup] if descriptor.cleanup else [])]:
         assert (ROOT / "playbooks" / f"{playbook.removeprefix('gpuaas.apps.')}.yml").is_file(), playbook
+    for module in [c.module for c in descriptor.credentials.values()]:
+        assert (ROOT / "plugins" / "modules" / f"{module.removeprefix('gpuaas.apps.')}.py").is_file(), module
 
 
 # Files of api/ that may name Slurm in code: the demo's scenario (it deploys Slurm on purpose), the
@@ -92,6 +94,17 @@ def test_register_refuses_a_descriptor_naming_content_the_build_lacks(world, tmp
     with pytest.raises(RegisterError, match="does not ship: gpuaas_tests.opsapp.missing"):
         register(_admin(world), source, activate=True)
     assert world.client.get("/v1/catalog/apps/opsapp", headers=world.headers("platform_admin")).status_code == 404
+
+
+def test_register_refuses_a_credential_module_the_build_lacks(world, tmp_path):
+    source = tmp_path / "src"
+    shutil.copytree(OPSAPP, source)
+    descriptor = yaml.safe_load((source / "adapters" / "opsapp.yml").read_text())
+    (credential,) = descriptor["credentials"].values()
+    credential["module"] = "gpuaas_tests.opsapp.no_such_reader"
+    (source / "adapters" / "opsapp.yml").write_text(yaml.safe_dump(descriptor))
+    with pytest.raises(RegisterError, match="does not ship: gpuaas_tests.opsapp.no_such_reader"):
+        register(_admin(world), source, activate=True)
 
 
 def test_register_refuses_a_new_build_under_a_registered_version(world, tmp_path):

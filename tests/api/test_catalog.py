@@ -121,6 +121,8 @@ def test_retiring_is_refused_while_an_instance_references_the_artifact(world):
 
 
 # Adapter specs the catalog refuses, each with the words its 422 must contain.
+CREDENTIAL = {"module": "gpuaas.apps.slurm_info", "role": "controller", "result_key": "config",
+              "media_type": "application/yaml", "filename": "config.yaml"}
 DISTINCT = "the secrets, target variables and workload variables must have distinct names"
 BAD_SPECS = [
     ({"roles": [{"name": "controller", "min": 2, "max": 1}]}, "min must not exceed max"),
@@ -132,6 +134,14 @@ BAD_SPECS = [
     ({"workload": {"artifact_kind": "oci", "variable": "munge_key"}}, DISTINCT),
     ({"vars": {"ansible_connection": "local"}}, "vars sets 'ansible_connection'"),
     ({"secrets": {"munge_key": {"kind": "password"}}}, "Input should be 'random_bytes'"),
+    # a credential: read on a declared role, by a module of the app's own collection (never ansible.builtin.slurp,
+    # which would read any file the catalog names)
+    ({"credentials": {"admin": CREDENTIAL | {"role": "scheduler"}}}, "credentials.admin names role 'scheduler'"),
+    ({"credentials": {"admin": CREDENTIAL | {"module": "ansible.builtin.slurp"}}},
+     "credentials.admin.module 'ansible.builtin.slurp' is not in the app's collection"),
+    ({"credentials": {"Admin Config": CREDENTIAL}}, "String should match pattern"),
+    ({"credentials": {"admin": CREDENTIAL | {"filename": "../.ssh/authorized_keys"}}}, "String should match pattern"),
+    ({"credentials": {"admin": CREDENTIAL | {"media_type": "yaml"}}}, "String should match pattern"),
 ]
 
 
