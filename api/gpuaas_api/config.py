@@ -16,6 +16,7 @@ import base64
 import binascii
 import dataclasses
 import ipaddress
+import json
 import os
 import tomllib
 from dataclasses import dataclass, field
@@ -143,6 +144,12 @@ class GpuaasSettings(BaseSettings):
     # Registries (host[:port]) whose pulls this service authorizes (their token realm is
     # /v1/registry/token): a run of a workload from one of them gets a pull credential of its own.
     pull_credential_registries: Annotated[frozenset[str], NoDecode] = frozenset()
+    # The site's own variables, added to every playbook run below the catalog's (where a release is mirrored,
+    # a proxy): a mapping (a [site_vars] table in the file), or in the environment a JSON object or the path
+    # of a YAML file holding one. Values may be Jinja over the run's other variables ("{{ rke2_version }}"):
+    # they are the operator's, trusted like the collection. Names are checked here and against each
+    # adapter's own variables when a run is planned (executor/plan.py).
+    site_vars: Annotated[dict[str, Any], NoDecode] = Field(default_factory=dict)
 
     @field_validator("log_level", mode="before")
     @classmethod
@@ -227,6 +234,20 @@ class GpuaasSettings(BaseSettings):
             return frozenset(r.strip() for r in value.split(",") if r.strip())
         return value
 
+    @field_validator("site_vars", mode="before")
+    @classmethod
+    def _site_vars(cls, value: Any) -> Any:
+        if isinstance(value, str):
+            value = _site_vars_text(value)
+        if not isinstance(value, dict):
+            raise ValueError("must be a mapping of variable names to values (a JSON object, or a YAML file's path)")
+        from .catalog.parameters import name_problem  # imports Ansible's reserved names, only when there are some
+
+        problems = [f"{name!r} {why}" for name in value if (why := name_problem(name, set()))]
+        if problems:
+            raise ValueError("; ".join(problems))
+        return value
+
     @field_validator("pool_max")
     @classmethod
     def _pool_bounds(cls, value: int, info: ValidationInfo) -> int:
@@ -251,6 +272,26 @@ class GpuaasSettings(BaseSettings):
         if path:
             sources.append(_TomlFile(settings_cls, Path(path)))
         return tuple(sources)
+
+
+def _site_vars_text(text: str) -> Any:
+    """GPUAAS_SITE_VARS: a JSON object, or the path of a YAML (or JSON) file holding a mapping."""
+    import yaml
+
+    text = text.strip()
+    if not text:
+        return {}
+    if text.startswith(("{", "[")):
+        try:
+            return json.loads(text)
+        except json.JSONDecodeError as exc:
+            raise ValueError(f"not valid JSON ({exc})") from None
+    try:
+        return yaml.safe_load(Path(text).read_text()) or {}
+    except OSError as exc:
+        raise ValueError(f"cannot read {text} ({exc.strerror})") from None
+    except yaml.YAMLError as exc:
+        raise ValueError(f"{text} is not valid YAML ({str(exc).splitlines()[0]})") from None
 
 
 class _TomlFile(PydanticBaseSettingsSource):
@@ -393,6 +434,7 @@ class OperationSettings:
     health_timeout_seconds: float = _from_model("health_timeout_seconds")
     health_connect_timeout_seconds: int = _from_model("health_connect_timeout_seconds")
     health_confirm_seconds: float = _from_model("health_confirm_seconds")
+    site_vars: dict[str, Any] = _from_model("site_vars")
 
     @classmethod
     def from_model(cls, model: GpuaasSettings, **overrides: Any) -> OperationSettings:

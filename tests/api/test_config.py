@@ -89,3 +89,45 @@ def test_the_operator_guide_lists_every_setting():
     missing = [name for name in GpuaasSettings.model_fields
                if f"`{config.env_name(name)}`" not in guide or f"`{name}`" not in guide]
     assert not missing, f"docs/operator-guide.md does not describe {missing}"
+
+
+def test_site_vars_from_json_a_yaml_file_or_the_config_table(monkeypatch, tmp_path):
+    monkeypatch.setenv("GPUAAS_SITE_VARS", '{"mirror_url": "http://mirror.site/{{ rke2_version }}", "mirror_tries": 3}')
+    assert OperationSettings().site_vars == {"mirror_url": "http://mirror.site/{{ rke2_version }}", "mirror_tries": 3}
+    (tmp_path / "site.yml").write_text("---\nproxy: http://proxy.site:3128\nno_proxy: [10.0.0.0/8]\n")
+    monkeypatch.setenv("GPUAAS_SITE_VARS", str(tmp_path / "site.yml"))
+    assert config.load().site_vars == {"proxy": "http://proxy.site:3128", "no_proxy": ["10.0.0.0/8"]}
+    monkeypatch.delenv("GPUAAS_SITE_VARS")
+    file = tmp_path / "gpuaas.toml"
+    file.write_text('[site_vars]\nmirror_url = "http://mirror.site"\n')
+    monkeypatch.setenv("GPUAAS_CONFIG", str(file))
+    assert config.load().site_vars == {"mirror_url": "http://mirror.site"}
+    monkeypatch.delenv("GPUAAS_CONFIG")
+    assert config.load().site_vars == {}
+
+
+@pytest.mark.parametrize(("value", "message"), [
+    ('{"ansible_host": "10.0.0.1"}', "'ansible_host' starts with ansible_"),
+    ('{"ansible_python_interpreter": "/usr/bin/python3"}', "'ansible_python_interpreter' starts with ansible_"),
+    ('{"Mirror-URL": "x"}', "'Mirror-URL' is not a plain variable name"),
+    ('{"hostvars": {}}', "'hostvars' is a name Ansible reserves"),
+    ('{"mirror_url": ', "not valid JSON"),
+    ('["mirror_url"]', "must be a mapping of variable names to values"),
+    ("/nonexistent/site.yml", "cannot read /nonexistent/site.yml"),
+])
+def test_a_bad_site_var_is_refused_naming_it(monkeypatch, value, message):
+    monkeypatch.setenv("GPUAAS_SITE_VARS", value)
+    with pytest.raises(ConfigError) as caught:
+        config.load()
+    assert str(caught.value).startswith("invalid setting GPUAAS_SITE_VARS (site_vars): "), str(caught.value)
+    assert message in str(caught.value) and "\n" not in str(caught.value)
+
+
+def test_a_site_vars_file_that_is_not_a_mapping_is_refused(monkeypatch, tmp_path):
+    (tmp_path / "site.yml").write_text("- mirror_url\n")
+    monkeypatch.setenv("GPUAAS_SITE_VARS", str(tmp_path / "site.yml"))
+    with pytest.raises(ConfigError, match=r"\(site_vars\): must be a mapping of variable names to values"):
+        config.load()
+    (tmp_path / "site.yml").write_text("mirror_url: [\n")
+    with pytest.raises(ConfigError, match="site.yml is not valid YAML"):
+        config.load()

@@ -5,6 +5,7 @@ hosts, extra vars and secret vars.
 
 The inventory is the instance's (instances/inventory.py, the same one operators and AWX get), with
 the platform's SSH key. Extra vars, later ones winning:
+the site's variables (the operator's `site_vars` setting, in a file of their own that Ansible may template),
 the spec's vars, the tenant parameters (the instance's, with a reconfigure request's merged over them;
 checked against the version's declared schema), the spec's action_vars[kind], the version's workload
 artifact (`registry/repository@digest`) under the spec's workload variable and its signer's public key
@@ -60,6 +61,8 @@ class RunPlan:
     # member_remove, member_replace: the ids of the leaving targets the run is told to leave alone
     forced: list[str] = field(default_factory=list)
     secret_strings: list[str] = field(default_factory=list, repr=False)
+    # the operator's site_vars, below every other extra var (site_vars_for)
+    site_vars: dict = field(default_factory=dict)
 
 
 def _targets(op: dict, by_id: dict) -> dict[str, list[str]]:
@@ -105,7 +108,7 @@ def build(conn: psycopg.Connection, settings: OperationSettings, op: dict, insta
         extravars[spec.targets.unreachable] = ",".join(m["node_name"] for m in unreachable)
     plan = RunPlan(kind=kind, inventory=run_inventory, extravars=extravars, secret_vars={},
                    content_digest=version["artifact_digest"] if version["artifact_kind"] == "collection" else None,
-                   forced=[str(m["id"]) for m in unreachable])
+                   forced=[str(m["id"]) for m in unreachable], site_vars=site_vars_for(settings, spec))
     plan.playbook = spec.actions.get(kind)
     if plan.playbook is None:
         raise unprocessable("no_playbook", f"the app version's adapter names no playbook for {kind}")
@@ -121,6 +124,19 @@ def build(conn: psycopg.Connection, settings: OperationSettings, op: dict, insta
             version["workload_artifact_repository"], ttl_seconds=settings.timeouts[kind])
     plan.secret_strings = [t for v in plan.secret_vars.values() for t in secrets.secret_strings(v)]
     return plan
+
+
+def site_vars_for(settings: OperationSettings, spec: AdapterSpec) -> dict:
+    """The operator's site_vars for a run of this adapter. A site variable may sit below the catalog's vars
+    (they win), never in place of what the platform or a tenant sets: a secret, an operation target, a
+    workload variable or a declared parameter of the adapter refuses the run (422 site_vars_conflict)."""
+    taken = spec.platform_variables() | set(spec.parameters.get("properties") or {})
+    clash = sorted(set(settings.site_vars) & taken)
+    if clash:
+        raise unprocessable("site_vars_conflict", f"the site_vars setting sets {', '.join(clash)}, which this app "
+                            "version's adapter declares as a secret, target, workload variable or parameter: "
+                            "remove it from site_vars", variables=clash)
+    return dict(settings.site_vars)
 
 
 def unreachable_targets(op: dict, by_id: dict) -> list[dict]:

@@ -3,8 +3,10 @@ events summarized into the instance timeline, artifacts scrubbed and packed as t
 
 What reaches the run is data, never code: every extra var (tenant parameters, node names, the
 catalog's variables, secrets) is handed to Ansible tagged `!unsafe`, so Jinja in a value is never
-evaluated. Secrets travel through a named pipe, so no file holding them survives the worker, even a
-killed one. The run's environment is an allowlist.
+evaluated. The one exception is the operator's site_vars setting (plan.site_vars_for): configuration
+as trusted as the collection, it may template the run's other variables. Secrets travel through a named
+pipe, so no file holding them survives the worker, even a killed one. The run's environment is an
+allowlist.
 
 Runner events carry module args and results (`res`, `task_args`); only summaries leave this module:
 host, task, play, changed, duration, and for failures a short message unless the task is no_log."""
@@ -237,6 +239,9 @@ def run(settings: OperationSettings, op: dict, plan: RunPlan, collections_path: 
     vars_file.write_text(unsafe_vars_yaml(redact.json(plan.extravars)))
     cleanup = ExitStack()
     cmdline = f"-e @{vars_file}"
+    if plan.site_vars:  # the operator's, templated by Ansible (plan.site_vars_for); first, so the others win
+        (pdd / "site_vars.yml").write_text(yaml.safe_dump(plan.site_vars, default_flow_style=False))
+        cmdline = f"-e @{pdd / 'site_vars.yml'} {cmdline}"
     if plan.secret_vars:
         cmdline += f" -e @{cleanup.enter_context(secret_pipe(unsafe_vars_yaml(plan.secret_vars)))}"
     env = {"GPUAAS_OPERATION_ID": str(op["id"]), "ANSIBLE_RETRY_FILES_ENABLED": "False",

@@ -66,7 +66,7 @@ def plan_for(conn: psycopg.Connection, settings: OperationSettings, cleanup: dic
     if settings.ssh_private_key_file:
         built["all"]["vars"]["ansible_ssh_private_key_file"] = str(settings.ssh_private_key_file)
     return planner.RunPlan(kind="cleanup", inventory=built, extravars={spec.targets.members: cleanup["node_name"]},
-                           secret_vars={}, playbook=spec.cleanup,
+                           secret_vars={}, playbook=spec.cleanup, site_vars=planner.site_vars_for(settings, spec),
                            content_digest=version["artifact_digest"] if version["artifact_kind"] == "collection"
                            else None)
 
