@@ -24,7 +24,7 @@ description:
     when no C(rke2) process runs there (read from C(/proc)), active otherwise. The API notices a dead node only
     after Kubernetes' node monitor grace period (40 s by default).
   - O(wait) polls, inside this one module run, until every member of O(members) is V(active) (or, with
-    O(wait_for=ready), anything but V(failed): a cordoned node that is Ready counts) or the time is up.
+    O(wait_for=ready), anything but V(failed), so that a cordoned node that is Ready counts) or the time is up.
 author:
   - gpuaas.apps developers (@gpuaas)
 options:

@@ -161,8 +161,9 @@ class AdapterSpec(Strict):
     health: HealthSpec | None = None
     cleanup: ContentName | None = Field(
         default=None, description="the playbook that cleans a host a forced removal left behind (its host was "
-        "unreachable), run once the host answers again: only that host is in the inventory, in its role's "
-        "groups, its node name in targets.members")
+        "unreachable), run once the host answers again: its node name in targets.members, the host in its "
+        "role's groups beside the instance's live members (for an app that must forget a host that registered "
+        "itself again); it touches that host and at most one live member")
     compatibility: Compatibility | None = Field(default=None, description="the version's default compatibility")
 
     @model_validator(mode="after")

@@ -80,6 +80,10 @@ def _members(conn: psycopg.Connection, instance_id: UUID, statuses: list[str], a
             ORDER BY m.seq""", (instance_id, statuses, also)).fetchall()
 
 
+def live_members(conn: psycopg.Connection, instance_id: UUID) -> list[dict]:
+    return _members(conn, instance_id, list(LIVE), [])
+
+
 def build(conn: psycopg.Connection, settings: OperationSettings, op: dict, instance: dict) -> RunPlan:
     kind = op["kind"]
     if kind == "refresh":

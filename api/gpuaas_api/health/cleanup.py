@@ -1,7 +1,8 @@
 """Cleanup of hosts a forced removal left behind: a member removed while its host was unreachable
 (host_cleanups, written by operations.truth's forced_cleanup effect) still has what the app installed
 on that host. The health checker tries each pending cleanup in turn: it runs the app version's cleanup
-playbook (catalog/adapter.AdapterSpec.cleanup) with only that host in the inventory; an unreachable host
+playbook (catalog/adapter.AdapterSpec.cleanup) on that host, the instance's live members also in the inventory
+and the host named in the members target variable; an unreachable host
 is tried again later, with a growing pause; success marks the cleanup done, with an event on the
 instance's timeline. Until then no new member is placed on the host (allocations.busy_hosts)."""
 
@@ -61,7 +62,10 @@ def plan_for(conn: psycopg.Connection, settings: OperationSettings, cleanup: dic
     if spec.cleanup is None or spec.targets.members is None:
         raise ApiError(409, "no_cleanup_playbook", "the app version's adapter names no cleanup playbook")
     member = conn.execute(instances.MEMBER_SELECT + " WHERE m.id = %s", (cleanup["member_id"],)).fetchone()
-    built = inventory.build(spec, str(cleanup["instance_id"]), [member])
+    # The instance's live members come along (none once it is gone): an app whose returning host registered
+    # itself again (an RKE2 node) forgets it from one of them. The cleanup variable names the host to clean.
+    live = [m for m in planner.live_members(conn, cleanup["instance_id"]) if m["id"] != member["id"]]
+    built = inventory.build(spec, str(cleanup["instance_id"]), [member, *live])
     built["all"]["vars"] = {}
     if settings.ssh_private_key_file:
         built["all"]["vars"]["ansible_ssh_private_key_file"] = str(settings.ssh_private_key_file)
