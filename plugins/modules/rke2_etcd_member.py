@@ -63,6 +63,13 @@ options:
     description: Seconds to wait for each etcd call (a member that does not answer in time counts as unhealthy).
     type: int
     default: 5
+  settle:
+    description:
+      - Seconds to keep asking while etcd refuses the change as C(unhealthy cluster). etcd refuses a membership
+        change until every member it counts on has been connected for 5 seconds (its strict reconfiguration check),
+        as right after a server restarted; the refusal changes nothing and the change is safe to ask again.
+    type: int
+    default: 30
 extends_documentation_fragment:
   - gpuaas.apps.attributes.check_and_diff
 """
@@ -144,7 +151,9 @@ member:
   type: dict
 """
 
-from ansible.module_utils.basic import AnsibleModule  # noqa: E402 - Ansible modules import after their docs
+import time  # noqa: E402 - Ansible modules import after their docs
+
+from ansible.module_utils.basic import AnsibleModule  # noqa: E402
 from ansible_collections.gpuaas.apps.plugins.module_utils.rke2 import (  # noqa: E402
     ETCD_ARGUMENT_SPEC,
     Etcd,
@@ -195,6 +204,7 @@ def main():
             state=dict(type="str", choices=["present", "absent"], default="absent"),
             peer_url=dict(type="str"),
             learner=dict(type="bool", default=False),
+            settle=dict(type="int", default=30),
             **ETCD_ARGUMENT_SPEC
         ),
         required_if=[("state", "present", ["peer_url"])],
@@ -223,13 +233,25 @@ def main():
                               before_header="etcd members", after_header="etcd members")
         if not module.check_mode:
             try:
-                if change == "add":
-                    etcd.add(params["peer_url"], params["learner"])
-                else:
-                    etcd.remove(member["id"])
+                reconfigure(etcd, change, member, params)
             except Rke2Error as error:
+                result["changed"] = False
                 module.fail_json(msg=str(error), **result)
     module.exit_json(**result)
+
+
+def reconfigure(etcd, change, member, params):
+    deadline = time.time() + params["settle"]
+    while True:
+        try:
+            if change == "add":
+                return etcd.add(params["peer_url"], params["learner"])
+            return etcd.remove(member["id"])
+        except Rke2Error as error:
+            # etcd's strict reconfiguration check: a transient refusal, nothing changed.
+            if "unhealthy cluster" not in str(error) or time.time() >= deadline:
+                raise
+            time.sleep(1)
 
 
 if __name__ == "__main__":

@@ -148,3 +148,32 @@ def test_why_pods_are_left_after_a_drain():
     assert rke2.pods_left_text(reasons, 2) == ("default/api-1: eviction refused: Cannot evict pod as it would violate "
                                                "the pod's disruption budget., default/old-1: evicted, still "
                                                "terminating, and 2 more")
+
+
+class RefusingEtcd:
+    """An etcd stand-in that refuses a membership change `refusals` times with the given error, then accepts it."""
+
+    def __init__(self, refusals, error="etcd refused /v3/cluster/member/remove: etcdserver: unhealthy cluster"):
+        self.refusals, self.error, self.removed = refusals, error, []
+
+    def remove(self, member_id):
+        if self.refusals:
+            self.refusals -= 1
+            raise rke2.Rke2Error(self.error)
+        self.removed.append(member_id)
+
+
+def test_a_member_removal_waits_out_etcds_strict_reconfiguration_check(monkeypatch):
+    monkeypatch.setattr(rke2_etcd_member.time, "sleep", lambda seconds: None)
+    etcd = RefusingEtcd(refusals=2)
+    rke2_etcd_member.reconfigure(etcd, "remove", {"id": "42"}, {"settle": 30})
+    assert etcd.removed == ["42"]
+
+
+def test_other_refusals_and_a_spent_settle_time_fail_at_once(monkeypatch):
+    monkeypatch.setattr(rke2_etcd_member.time, "sleep", lambda seconds: None)
+    with pytest.raises(rke2.Rke2Error, match="member not found"):
+        rke2_etcd_member.reconfigure(RefusingEtcd(1, "etcd refused: member not found"), "remove", {"id": "1"},
+                                     {"settle": 30})
+    with pytest.raises(rke2.Rke2Error, match="unhealthy cluster"):
+        rke2_etcd_member.reconfigure(RefusingEtcd(1), "remove", {"id": "1"}, {"settle": 0})
