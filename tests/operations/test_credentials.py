@@ -134,3 +134,16 @@ def test_refusals_name_the_reason_and_issue_nothing(ops):
         hidden = ops.w.call(outsider, "POST", url, 404).json()["error"]
         assert hidden["details"] == {"kind": "app_instance", "id": iid}
     assert issued_events(ops, iid) == []
+
+
+def test_a_credential_without_options_runs_its_module_without_arguments(ops, local_hosts):
+    """A credential may declare no options (RKE2's admin kubeconfig): its module then runs with no arguments,
+    not with an empty free-form argument, which every module refuses. The test app's module needs a path, so
+    here each member answers that one is missing: proof that the module itself ran."""
+    iid, workers, _ = deployed_with_credential(ops, "bare")
+    ops.sql("""UPDATE app_versions SET adapter = jsonb_set(adapter, ARRAY['credentials', %s, 'options'], '{}')
+                WHERE id = (SELECT app_version_id FROM app_instances WHERE id = %s) RETURNING id""", (CREDENTIAL, iid))
+    error = ops.w.call(SA, "POST", f"/v1/instances/{iid}/credentials/{CREDENTIAL}", 502).json()["error"]
+    reasons = {a["node_name"]: a["reason"] for a in error["details"]["attempts"]}
+    assert set(reasons) == set(workers), reasons
+    assert all("missing required arguments: path" in why for why in reasons.values()), reasons

@@ -197,7 +197,8 @@ def credential_plan(conn: psycopg.Connection, settings: OperationSettings, insta
                    secret_vars={},
                    content_digest=version["artifact_digest"] if version["artifact_kind"] == "collection" else None)
     plan.module = credential.module
-    plan.module_args = json.dumps(credential.options)
+    # No options: no arguments at all (ad hoc Ansible takes `-a '{}'` for free-form arguments, which a module refuses).
+    plan.module_args = json.dumps(credential.options) if credential.options else ""
     serving = [m for m in members if m["role"] == credential.role and m["status"] in SERVING]
     plan.checked_hosts = [m["node_name"] for m in sorted(serving, key=lambda m: SERVING.index(m["status"]))]
     plan.node_members = {m["node_name"]: str(m["id"]) for m in serving}
