@@ -5,8 +5,9 @@ binary on each node) and checks that the API's members and the cluster's nodes a
 
 One cluster on one set of hosts for the whole module, its steps chained: three servers and two agents deployed, an
 agent added from a spare allocation, a workload drained off an agent and the agent resumed, an agent removed, another
-replaced by the removed host, an upgrade to the double's second release and a rollback, no secret anywhere the
-service writes, and a decommission that leaves nothing.
+replaced by the removed host, an upgrade to the double's second release and a rollback, the admin kubeconfig
+fetched through the credential route and used from here, no secret anywhere the service writes, and a decommission
+that leaves nothing.
 
 The site: a seventh host is the site's mirror, serving both releases in GitHub's layout
 (`releases/download/<version>/`). Where a run fetches a release from is the operator's `site_vars` setting, a template
@@ -16,9 +17,11 @@ version is a build of this collection whose descriptor pins one release of the d
 
 from __future__ import annotations
 
+import base64
 import io
 import json
 import shutil
+import ssl
 import subprocess
 import sys
 import tarfile
@@ -26,6 +29,7 @@ import time
 import uuid
 from pathlib import Path
 
+import httpx
 import pytest
 import yaml
 from gpuaas_api import testhosts
@@ -48,6 +52,7 @@ SPARE = "agt3"  # in an allocation of its own: added, removed, then the replacem
 MIRROR = "mirror"
 MIRROR_PORT = 8080
 KUBECTL = "/var/lib/rancher/rke2/bin/kubectl --kubeconfig /etc/rancher/rke2/rke2.yaml"
+KUBECONFIG = "admin-kubeconfig"  # the adapter's credential
 # What a decommission or a removal must leave on a host: none of these.
 LEFTOVERS = ["/etc/rancher", "/var/lib/rancher/rke2", "/usr/local/bin/rke2", "/var/lib/kubelet"]
 # A workload of one pod per schedulable node (the double spreads a controller's pods), with a budget that lets a
@@ -246,7 +251,8 @@ def test_create_and_deploy(rke2):
     assert created["app_version"] == v1.version
     # The catalog pins the release; where it is fetched from is the site's alone.
     pinned = rke2.admin.get(f"/v1/catalog/apps/rke2/versions/{v1.version}")["adapter"]["vars"]
-    assert pinned == {"rke2_version": v1.version, "rke2_sha256sum_sha256": rke2.pins[v1.version]}, pinned
+    assert (pinned["rke2_version"], pinned["rke2_sha256sum_sha256"]) == (v1.version, rke2.pins[v1.version])
+    assert "rke2_artifact_url" not in pinned, pinned
     assert roles(rke2) == {h: "server" for h in SERVERS} | {h: "agent" for h in AGENTS}
 
     op = operate(rke2, "deploy", "/deploy")
@@ -344,6 +350,29 @@ def test_rollback_to_the_first_release(rke2):
     assert len(wait_for(lambda: len(web := web_pods(rke2)) == 6 and web, 90, "six running pods")) == 6
 
 
+def test_the_kubeconfig_through_the_credential_route(rke2, tmp_path):
+    """The admin kubeconfig the adapter declares as a credential, issued to the service account from a server,
+    works from outside the cluster: the cluster's nodes, read with it here, are the instance's hosts."""
+    before = max(e["id"] for e in rke2.events())
+    started = time.monotonic()
+    issued = rke2.sa.post(f"/v1/instances/{rke2.ids['instance']}/credentials/{KUBECONFIG}")
+    DURATIONS["kubeconfig"] = time.monotonic() - started
+    assert (issued["name"], issued["media_type"]) == (KUBECONFIG, "application/yaml")
+    assert issued["node_name"] in SERVERS, issued["node_name"]
+    rke2.kubeconfig = issued["content"]
+    config = yaml.safe_load(issued["content"])
+    cluster, user = config["clusters"][0]["cluster"], config["users"][0]["user"]
+    assert cluster["server"] == f"https://{rke2.hosts[issued['node_name']]['address']}:6443", cluster["server"]
+    ca = tmp_path / "ca.crt"
+    ca.write_bytes(base64.b64decode(cluster["certificate-authority-data"]))
+    response = httpx.get(f"{cluster['server']}/api/v1/nodes", verify=ssl.create_default_context(cafile=str(ca)),
+                         headers={"Authorization": f"Bearer {user['token']}"}, timeout=30)
+    assert response.status_code == 200, response.status_code
+    assert {n["metadata"]["name"] for n in response.json()["items"]} == set(statuses(rke2))
+    (event,) = [e for e in rke2.events(type="runtime_secret.issued") if e["id"] > before]
+    assert event["payload"]["credential"] == KUBECONFIG and event["payload"]["node_name"] == issued["node_name"]
+
+
 def test_no_secret_leaves_the_service(rke2):
     node_token = rke2.host_sh(SERVERS[0], "cat /var/lib/rancher/rke2/server/node-token")
     token = node_token.rpartition("::server:")[2]
@@ -370,8 +399,8 @@ def test_no_secret_leaves_the_service(rke2):
                         "utf-8", "replace")
     leaks = [where for where, text in haystacks.items() if token in text]
     assert not leaks, f"the cluster token appears in: {leaks}"
-    leaks = [where for where, text in haystacks.items() if api_token in text]
-    assert not leaks, f"the kubeconfig's credential appears in: {leaks}"
+    leaks = [where for where, text in haystacks.items() if api_token in text or rke2.kubeconfig in text]
+    assert not leaks, f"the kubeconfig or its credential appears in: {leaks}"
 
 
 def test_decommission_leaves_nothing(rke2):
