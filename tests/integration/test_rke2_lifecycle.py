@@ -5,9 +5,14 @@ air-gap layout and pinned by sha256 like a real one; it is served by a site mirr
 server). Each server runs a real etcd member (Debian's etcd-server): joins, member removal and quorum are etcd's
 own; the modules read it the way they read a real RKE2 server's, and kubectl is Debian's real one.
 
-The tests run in order and share one cluster (three servers, one agent): refused requests, deploy, a second deploy
-that changes nothing, a wrong token refused, etcd membership and the quorum refusal, a real quorum loss the health
-read-back reports as a control plane that does not answer, and a decommission that leaves nothing.
+The tests run in order and share one cluster (three servers, agents a1, a2, a3 joining and leaving): refused
+requests, deploy, a second deploy that changes nothing and restarts nothing, a wrong token refused, etcd membership
+and the quorum refusal, a real quorum loss the health read-back reports as a control plane that does not answer,
+then the membership changes (an agent added, a drain that waits for a PodDisruptionBudget while the workload moves,
+resume, a server removal refused without quorum and then done, a server added back, a replacement, a dead agent
+removed and its host cleaned when it returns), upgrade and rollback to the exact pinned release, and a decommission
+that leaves nothing. Every membership change is checked for the hosts it touched and for restarts on the nodes it
+left alone (none), and a second run of each playbook must change nothing.
 """
 
 from __future__ import annotations
@@ -15,95 +20,25 @@ from __future__ import annotations
 import json
 import shlex
 import subprocess
-import sys
 import time
 import uuid
-from pathlib import Path
 
 import pytest
 from gpuaas_api import testhosts
 
-from .slurm_harness import ANSIBLE, Cluster, ansible_env
-
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-from rke2_double import release  # noqa: E402 - the test double's release builder, beside the tests
+from .rke2_harness import LEFTOVERS, TOKEN, VERSION, release, start
 
 pytestmark = [pytest.mark.hosts, pytest.mark.slow]
 
 SERVERS = ["s1", "s2", "s3"]
 AGENTS = ["a1"]
-VERSION = release.VERSIONS[0]
-# A per-test-run token, as the platform generates one per instance: it must never show in any output.
-TOKEN = uuid.uuid4().hex + uuid.uuid4().hex
-MIRROR_PORT = 8080
-LEFTOVERS = ["/etc/rancher", "/var/lib/rancher/rke2", "/usr/local/bin/rke2", "/usr/local/bin/rke2-uninstall.sh",
-             "/usr/local/lib/systemd/system/rke2-server.service", "/usr/local/lib/systemd/system/rke2-agent.service"]
-
-
-class Rke2Cluster(Cluster):
-    """Test hosts of the rke2 flavour plus a mirror host serving the double's release."""
-
-    servers: list[str]
-    agents: list[str]
-    pins: dict[str, str]
-
-    def inventory(self, name: str = "rke2.ini", **overrides) -> Path:
-        variables = {"rke2_token": TOKEN, "rke2_version": VERSION, "rke2_artifact_url": self.mirror_url,
-                     "rke2_sha256sum_sha256": self.pins[release.SHA256SUM], **overrides}
-        variables = {k: v for k, v in variables.items() if v is not None}
-
-        def line(host: str) -> str:
-            return f"{host} ansible_host={self.hosts[host]['address']}"
-
-        key = next(iter(self.hosts.values()))["ssh_private_key_file"]
-        lines = ["[rke2_servers]", *map(line, self.servers), "", "[rke2_agents]", *map(line, self.agents), "",
-                 "[all:vars]", "ansible_user=root", f"ansible_ssh_private_key_file={key}",
-                 "ansible_ssh_common_args='-o StrictHostKeyChecking=no -o UserKnownHostsFile=/dev/null'",
-                 "ansible_python_interpreter=/usr/bin/python3"]
-        path = self.workdir / name
-        path.write_text("\n".join(lines) + "\n")
-        (self.workdir / "group_vars").mkdir(exist_ok=True)
-        (self.workdir / "group_vars" / "all.yml").write_text(json.dumps(variables))
-        return path
-
-    @property
-    def mirror_url(self) -> str:
-        return f"http://{self.hosts['mirror']['address']}:{MIRROR_PORT}/rke2/{VERSION.replace('+', '-')}"
-
-    def module(self, host: str, module_name: str, /, check: bool = True, check_mode: bool = False, **args) -> dict:
-        """Runs module gpuaas.apps.<name> ad hoc on one host (--check with check_mode); returns its result."""
-        cmd = [ANSIBLE, "-i", str(self.inventory()), host, "-m", f"gpuaas.apps.{module_name}",
-               *(["-a", json.dumps(args)] if args else []), *(["--check"] if check_mode else [])]
-        env = dict(ansible_env(), ANSIBLE_LOAD_CALLBACK_PLUGINS="1", ANSIBLE_STDOUT_CALLBACK="ansible.builtin.json")
-        proc = subprocess.run(cmd, capture_output=True, text=True, env=env, timeout=300, check=False)
-        result = json.loads(proc.stdout)["plays"][0]["tasks"][0]["hosts"][host]
-        if check and (proc.returncode != 0 or result.get("failed")):
-            raise AssertionError(f"{module_name} on {host} failed ({proc.returncode}): {result}")
-        return result
-
-    def kubectl(self, host: str, args: str) -> str:
-        return self.sh(host, f"/var/lib/rancher/rke2/bin/kubectl --kubeconfig /etc/rancher/rke2/rke2.yaml {args}")
+SPARE = ["a2", "a3"]  # agents that join later
 
 
 @pytest.fixture(scope="module")
 def rke2(tmp_path_factory):
-    prefix = f"rk{uuid.uuid4().hex[:6]}"
-    workdir = tmp_path_factory.mktemp("rke2")
-    started = testhosts.up(prefix, [*SERVERS, *AGENTS, "mirror"], "rke2")
-    cluster = Rke2Cluster(prefix, workdir, {h["name"]: h for h in started})
-    cluster.servers, cluster.agents = list(SERVERS), list(AGENTS)
+    cluster = start(f"rk{uuid.uuid4().hex[:6]}", tmp_path_factory.mktemp("rke2"), SERVERS, AGENTS, SPARE)
     try:
-        artifacts = workdir / "release"
-        cluster.pins = release.build(artifacts, VERSION)
-        directory = f"/srv/mirror/rke2/{VERSION.replace('+', '-')}"
-        cluster.sh("mirror", f"mkdir -p {directory}")
-        for name in cluster.pins:
-            subprocess.run(["podman", "cp", str(artifacts / name), f"{started[-1]['container']}:{directory}/"],
-                           check=True, capture_output=True)
-        subprocess.run(["podman", "exec", "-d", started[-1]["container"], "python3", "-m", "http.server",
-                        str(MIRROR_PORT), "--directory", "/srv/mirror"], check=True, capture_output=True)
-        cluster.sh("mirror", f"for i in $(seq 50); do python3 -c 'import urllib.request as u; "
-                   f"u.urlopen(\"http://127.0.0.1:{MIRROR_PORT}/\")' 2>/dev/null && exit 0; sleep 0.1; done; exit 1")
         yield cluster
     finally:
         cluster.stop()
@@ -112,7 +47,7 @@ def rke2(tmp_path_factory):
 def journals(rke2) -> str:
     """The double's own log on every node, for a failure's message."""
     return "\n".join(f"--- {h}\n" + rke2.sh(h, "journalctl -u rke2-server -u rke2-agent --no-pager | grep -v level | "
-                                          "tail -8", check=False) for h in [*SERVERS, *AGENTS])
+                                          "tail -8", check=False) for h in rke2.servers + rke2.agents)
 
 
 def assert_no_secret(run):
@@ -203,11 +138,192 @@ def test_etcd_membership_and_quorum_refusal(rke2):
     assert back.get("member_states") == {h: "active" for h in SERVERS}, back
 
 
+# Membership changes, chained on the deployed cluster (three servers, agent a1): each run is checked for the hosts it
+# touched, for restarts on the nodes it left alone (the goal is none), and a second run of it must change nothing.
+WORKLOAD = """apiVersion: apps/v1
+kind: Deployment
+metadata: {name: web, namespace: default}
+spec:
+  replicas: 2
+  selector: {matchLabels: {app: web}}
+  template:
+    metadata: {labels: {app: web}}
+    spec: {containers: [{name: web, image: registry.example/web:1}]}
+---
+apiVersion: policy/v1
+kind: PodDisruptionBudget
+metadata: {name: web, namespace: default}
+spec: {minAvailable: 2, selector: {matchLabels: {app: web}}}
+"""
+
+
+def pids(rke2, hosts) -> dict[str, str]:
+    """The main process of rke2-server or rke2-agent on each host: a restart changes it."""
+    return {h: rke2.sh(h, "systemctl show -p MainPID --value rke2-server rke2-agent | grep -v '^0$' || true")
+            for h in hosts}
+
+
+def web_pods(rke2) -> dict[str, str]:
+    """The workload's running pods: {pod: node}."""
+    pods = json.loads(rke2.kubectl("s1", "get pods -n default -l app=web -o json"))["items"]
+    return {p["metadata"]["name"]: p["spec"].get("nodeName") for p in pods if p["status"].get("phase") == "Running"}
+
+
+def wait_for(predicate, seconds: float = 60, message: str = ""):
+    deadline = time.monotonic() + seconds
+    while not (value := predicate()):
+        assert time.monotonic() < deadline, message
+        time.sleep(1)
+    return value
+
+
+def assert_idempotent(rke2, name: str, **extra_vars):
+    again = rke2.playbook(name, **extra_vars)
+    assert again.rc == 0, again.output[-3000:]
+    assert set(again.changed.values()) == {0}, (name, again.changed)
+    assert_no_secret(again)
+
+
+def test_member_add_touches_only_the_new_agent_and_one_server(rke2):
+    before = pids(rke2, [*SERVERS, "a1"])
+    rke2.agents = ["a1", "a2"]
+    rke2.inventory()
+    run = rke2.playbook("rke2_member_add", rke2_members="a2")
+    assert run.rc == 0, run.output[-4000:] + journals(rke2)
+    assert_no_secret(run)
+    assert run.hosts_touched == {"s1", "a2"}, run.recap
+    assert pids(rke2, before) == before, "a member add restarted RKE2 on a node it did not add"
+    states = rke2.module("s1", "rke2_info", members=[*SERVERS, "a1", "a2"])
+    assert set(states["member_states"].values()) == {"active"}, states["member_details"]
+    assert_idempotent(rke2, "rke2_member_add", rke2_members="a2")
+
+
+def test_drain_waits_for_a_pdb_then_the_workload_moves(rke2):
+    rke2.sh("s1", "/var/lib/rancher/rke2/bin/kubectl --kubeconfig /etc/rancher/rke2/rke2.yaml apply --validate=false "
+                  f"-f - <<'EOF'\n{WORKLOAD}EOF")
+    placed = wait_for(lambda: len(web_pods(rke2)) == 2 and web_pods(rke2), message="the workload never ran")
+    node = sorted(placed.values())[0]
+    # The budget allows no disruption: the drain waits, says so, and fails at its timeout naming the budget.
+    blocked = rke2.playbook("rke2_member_drain", rke2_members=node, rke2_drain_timeout=12,
+                            rke2_drain_progress_interval=4)
+    assert blocked.rc != 0, blocked.output[-3000:]
+    assert "still draining" in blocked.output and "web" in blocked.output, blocked.output[-3000:]
+    # The budget relaxed, the drain proceeds: the pod moves to another node.
+    rke2.kubectl("s1", "patch pdb web -n default --type merge -p '{\"spec\":{\"minAvailable\":1}}'")
+    run = rke2.playbook("rke2_member_drain", rke2_members=node, rke2_drain_timeout=60)
+    assert run.rc == 0, run.output[-3000:]
+    assert run.hosts_touched == {"s1"}, run.recap
+    moved = wait_for(lambda: len(web_pods(rke2)) == 2 and web_pods(rke2), message="the evicted pod was not replaced")
+    assert node not in moved.values(), moved
+    assert_idempotent(rke2, "rke2_member_drain", rke2_members=node)
+    states = rke2.module("s1", "rke2_info", members=[node])
+    assert states["member_states"] == {node: "drained"}, states
+    run = rke2.playbook("rke2_member_resume", rke2_members=node)
+    assert run.rc == 0, run.output[-3000:]
+    assert rke2.module("s1", "rke2_info", members=[node])["member_states"] == {node: "active"}
+    assert_idempotent(rke2, "rke2_member_resume", rke2_members=node)
+
+
+def test_server_removal_keeps_quorum(rke2):
+    # s2 down: removing s3 would leave s1 and s2, one healthy of two: refused before anything changes.
+    rke2.sh("s2", "systemctl stop rke2-server")
+    try:
+        refused = rke2.playbook("rke2_member_remove", rke2_members="s3")
+        assert refused.rc != 0
+        assert ("would lose quorum: 1 of the 2 remaining voting members are healthy, and 2 members need 2"
+                in " ".join(refused.output.split())), refused.output[-3000:]
+        assert all(c["changed"] == 0 for c in refused.recap.values()), refused.recap
+    finally:
+        rke2.sh("s2", "systemctl start rke2-server")
+    wait_for(lambda: rke2.module("s1", "rke2_info", check=False, members=SERVERS).get("member_states")
+             == {h: "active" for h in SERVERS}, message="s2 did not come back")
+    before = pids(rke2, ["s1", "s2", "a1", "a2"])
+    run = rke2.playbook("rke2_member_remove", rke2_members="s3")
+    assert run.rc == 0, run.output[-4000:] + journals(rke2)
+    assert_no_secret(run)
+    assert run.hosts_touched == {"s1", "s3"}, run.recap
+    assert pids(rke2, before) == before, "a server removal restarted RKE2 on a node that stayed"
+    etcd = rke2.module("s1", "rke2_etcd_member")
+    assert sorted(m["node"] for m in etcd["members"]) == ["s1", "s2"], etcd["members"]
+    nodes = json.loads(rke2.kubectl("s1", "get nodes -o json"))["items"]
+    assert "s3" not in {n["metadata"]["name"] for n in nodes}
+    assert rke2.sh("s3", f"ls -d {' '.join(LEFTOVERS)} 2>/dev/null; pgrep -x etcd; pgrep -x rke2; true") == ""
+    assert_idempotent(rke2, "rke2_member_remove", rke2_members="s3")
+    # s3 comes back as a new server: a fresh etcd member joins through s1.
+    run = rke2.playbook("rke2_member_add", rke2_members="s3")
+    assert run.rc == 0, run.output[-4000:] + journals(rke2)
+    assert run.hosts_touched == {"s1", "s3"}, run.recap
+    assert pids(rke2, before) == before
+    assert sorted(m["node"] for m in rke2.module("s1", "rke2_etcd_member")["members"]) == SERVERS
+
+
+def test_replace_joins_the_new_agent_before_the_old_leaves(rke2):
+    rke2.agents = ["a1", "a2", "a3"]
+    rke2.inventory()
+    before = pids(rke2, [*SERVERS, "a2"])
+    run = rke2.playbook("rke2_member_replace", rke2_member_old="a1", rke2_member_new="a3")
+    assert run.rc == 0, run.output[-4000:] + journals(rke2)
+    assert_no_secret(run)
+    assert run.hosts_touched == {"s1", "a1", "a3"}, run.recap
+    assert pids(rke2, before) == before, "a replacement restarted RKE2 on a node it did not replace"
+    joined, left = run.output.index("PLAY [Join the agents]"), run.output.index("PLAY [Check etcd quorum")
+    assert joined < left, "the old node left before the new one joined"
+    names = {n["metadata"]["name"] for n in json.loads(rke2.kubectl("s1", "get nodes -o json"))["items"]}
+    assert names == {*SERVERS, "a2", "a3"}, names
+    assert len(wait_for(lambda: len(web_pods(rke2)) == 2 and web_pods(rke2))) == 2
+    assert_idempotent(rke2, "rke2_member_replace", rke2_member_old="a1", rke2_member_new="a3")
+    rke2.agents = ["a2", "a3"]
+    rke2.inventory()
+
+
+def test_a_dead_agent_is_removed_and_its_host_cleaned_when_it_returns(rke2):
+    subprocess.run(["podman", "stop", "-t", "0", rke2.hosts["a2"]["container"]], check=True, capture_output=True)
+    run = rke2.playbook("rke2_member_remove", rke2_members="a2", rke2_members_unreachable="a2")
+    assert run.rc == 0, run.output[-4000:]
+    assert run.hosts_touched == {"s1"}, run.recap
+    names = {n["metadata"]["name"] for n in json.loads(rke2.kubectl("s1", "get nodes -o json"))["items"]}
+    assert "a2" not in names
+    # The host answers again, and its agent registers its node again as it starts. The cleanup, with the live
+    # members in its inventory as the platform runs it, removes RKE2 from the host and deletes that node again.
+    testhosts.start_again(rke2.hosts["a2"])
+    wait_for(lambda: "a2" in rke2.kubectl("s1", "get nodes -o name"), message="a2 did not register again")
+    rke2.agents = ["a3", "a2"]
+    try:
+        clean = rke2.playbook("rke2_member_cleanup", rke2_members="a2")
+    finally:
+        rke2.agents = ["a3"]
+        rke2.inventory()
+    assert clean.rc == 0, clean.output[-3000:]
+    assert clean.hosts_touched == {"s1", "a2"}, clean.recap
+    assert rke2.sh("a2", f"ls -d {' '.join(LEFTOVERS)} 2>/dev/null; pgrep -x rke2; true") == ""
+    assert "a2" not in rke2.kubectl("s1", "get nodes -o name")
+
+
+def test_upgrade_and_rollback_to_the_pinned_release(rke2):
+    nodes = [*SERVERS, "a3"]
+    for version, playbook in ((release.VERSIONS[1], "rke2_upgrade"), (release.VERSIONS[0], "rke2_rollback")):
+        if version not in rke2.pins:
+            rke2.publish(version)
+        rke2.version = version  # the target version's pin, as the platform hands it to the run
+        run = rke2.playbook(playbook)
+        assert run.rc == 0, run.output[-4000:] + journals(rke2)
+        assert_no_secret(run)
+        kubelets = {n["metadata"]["name"]: n["status"]["nodeInfo"]["kubeletVersion"]
+                    for n in json.loads(rke2.kubectl("s1", "get nodes -o json"))["items"]}
+        assert kubelets == {h: version for h in nodes}, kubelets
+        for host in nodes:
+            assert rke2.sh(host, "/usr/local/bin/rke2 --version").startswith(f"rke2 version {version}")
+        states = rke2.module("s1", "rke2_info", members=nodes)
+        assert set(states["member_states"].values()) == {"active"}, states["member_details"]
+        assert len(wait_for(lambda: len(web_pods(rke2)) == 2 and web_pods(rke2))) == 2
+        assert_idempotent(rke2, playbook)
+
+
 def test_decommission_leaves_nothing(rke2):
     run = rke2.playbook("rke2_decommission")
     assert run.rc == 0, run.output[-3000:]
     assert "Nothing left on s1" in run.output
-    for host in [*SERVERS, *AGENTS]:
+    for host in rke2.servers + rke2.agents:
         assert rke2.sh(host, f"ls -d {' '.join(LEFTOVERS)} 2>/dev/null; pgrep -x etcd; pgrep -x rke2; true") == ""
     again = rke2.playbook("rke2_decommission")
     assert again.rc == 0, again.output[-3000:]
