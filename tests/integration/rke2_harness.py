@@ -32,11 +32,13 @@ class Rke2Cluster(Cluster):
 
     servers: list[str]
     agents: list[str]
-    pins: dict[str, str]
+    version: str = VERSION  # the release the inventory pins
+    pins: dict[str, dict[str, str]]  # {version: {file: sha256}} of the published releases
 
     def inventory(self, name: str = "rke2.ini", **overrides) -> Path:
-        variables = {"rke2_token": TOKEN, "rke2_version": VERSION, "rke2_artifact_url": self.mirror_url,
-                     "rke2_sha256sum_sha256": self.pins[release.SHA256SUM], **overrides}
+        """Writes the inventory and its variables: the release is the one `version` names (published first)."""
+        variables = {"rke2_token": TOKEN, "rke2_version": self.version, "rke2_artifact_url": self.url_of(self.version),
+                     "rke2_sha256sum_sha256": self.pins[self.version][release.SHA256SUM], **overrides}
         variables = {k: v for k, v in variables.items() if v is not None}
 
         def line(host: str) -> str:
@@ -53,17 +55,13 @@ class Rke2Cluster(Cluster):
         (self.workdir / "group_vars" / "all.yml").write_text(json.dumps(variables))
         return path
 
-    @property
-    def mirror_url(self) -> str:
-        return self.url_of(VERSION)
-
     def url_of(self, version: str) -> str:
         return f"http://{self.hosts['mirror']['address']}:{MIRROR_PORT}/rke2/{version.replace('+', '-')}"
 
     def publish(self, version: str) -> dict[str, str]:
         """Builds the double's release of this version, puts it on the mirror, and returns its pins."""
         artifacts = self.workdir / "release" / version
-        pins = release.build(artifacts, version)
+        pins = self.pins[version] = release.build(artifacts, version)
         directory = f"/srv/mirror/rke2/{version.replace('+', '-')}"
         self.sh("mirror", f"mkdir -p {directory}")
         for name in pins:
@@ -102,9 +100,9 @@ def start(prefix: str, workdir: Path, servers: list[str], agents: list[str], spa
     """Starts the hosts (servers, agents, spare hosts that join later, the mirror) and serves the release."""
     started = testhosts.up(prefix, [*servers, *agents, *spare, "mirror"], "rke2")
     cluster = Rke2Cluster(prefix, workdir, {h["name"]: h for h in started})
-    cluster.servers, cluster.agents = list(servers), list(agents)
+    cluster.servers, cluster.agents, cluster.pins = list(servers), list(agents), {}
     try:
-        cluster.pins = cluster.publish(VERSION)
+        cluster.publish(VERSION)
         subprocess.run(["podman", "exec", "-d", cluster.hosts["mirror"]["container"], "python3", "-m", "http.server",
                         str(MIRROR_PORT), "--directory", "/srv/mirror"], check=True, capture_output=True)
         cluster.sh("mirror", f"for i in $(seq 50); do python3 -c 'import urllib.request as u; "
