@@ -174,3 +174,15 @@ def test_a_run_that_fails_on_one_host_fails_that_member_alone(ops):
     assert got["status"] == "degraded" and got["parameters"]["fail_host"] == w2  # the others got the new config
     failed_events = [e for e in events(ops, iid) if e["type"] == "member_failed"]
     assert len(failed_events) == 1  # the reason is said once, on the member it belongs to
+
+
+def test_a_run_that_fails_every_host_of_a_play_is_not_a_partial_failure(ops):
+    # Ansible ends the playbook, silently, after a play in which every host failed: the later plays never ran
+    # anywhere, so no member may be taken for one that ran to the end.
+    iid, nodes, _ = deployed(ops, "everyhost")
+    ops.start_worker()
+    op = wait_op(ops, ops.w.call(SA, "POST", f"/v1/instances/{iid}/reconfigure", 202,
+                                 json={"parameters": {"fail_host": "every-member"}}).json()["id"])
+    assert op["status"] == "failed" and op["error"]["code"] == "run_failed"
+    assert "failed_hosts" not in (op.get("outcome") or {}), op["outcome"]
+    assert instance(ops, iid)["status"] != "degraded"

@@ -170,8 +170,8 @@ class RunResult:
     module_results: dict[str, dict] = field(default_factory=dict)
     # host -> {task, message, unreachable}: every host a failure (not ignored, not rescued) ended the run on
     host_failures: dict[str, dict] = field(default_factory=dict)
-    # Ansible gave up on every host of a play ("NO MORE HOSTS LEFT"): hosts that did not fail may not have
-    # run to the end either
+    # Ansible gave up on every host of a play ("NO MORE HOSTS LEFT", or every host of the last play that
+    # started failed in it): hosts that did not fail may not have run the plays after it
     aborted: bool = False
     tarball: bytes = b""
 
@@ -266,6 +266,9 @@ def run(settings: OperationSettings, op: dict, plan: RunPlan, collections_path: 
     env["ANSIBLE_FORKS"] = str(min(max(hosts, 5), settings.run_forks_max))
     result = RunResult(status="failed", rc=None)
     stop_reason: list[str] = []
+    # The hosts that ran a task in the play running now, and those that failed in it: when every one of them
+    # failed, Ansible ends the whole playbook there, silently (no "no hosts remaining" event).
+    play = {"ran": set(), "failed": set()}
 
     def handle(event: dict) -> bool:  # True: ansible-runner writes the event to the run's job_events
         summary = summarize(event)
@@ -274,17 +277,25 @@ def run(settings: OperationSettings, op: dict, plan: RunPlan, collections_path: 
             name, payload = summary
             payload = redact.json(payload)
             on_event(name, payload)
+            if name == "run.play_started":
+                play["ran"], play["failed"] = set(), set()
+            if name.startswith("run.task_") or name == "run.host_unreachable":
+                play["ran"].add(payload["host"])
             if name in ("run.task_failed", "run.host_unreachable") and not payload["ignored"]:
                 failure = {k: payload[k] for k in ("host", "task", "play", "message")}
                 result.failure = result.failure or failure
                 result.host_failures.setdefault(payload["host"], failure | {
                     "unreachable": name == "run.host_unreachable"})
+                play["failed"].add(payload["host"])
             if name == "run.playbook_stats":
                 result.stats = payload
                 # A host whose failure a rescue block handled did not fail the run.
                 ended = set(payload.get("failures") or {}) | set(payload.get("dark") or {})
                 for host in set(payload.get("rescued") or {}) - ended:
                     result.host_failures.pop(host, None)
+                play["ran"].discard(None)
+                if play["ran"] and play["ran"] <= play["failed"] & ended:
+                    result.aborted = True
         if event.get("event") == "playbook_on_no_hosts_remaining":
             result.aborted = True
         if event.get("event") == "runner_on_ok" and plan.module and isinstance(d.get("res"), dict):
