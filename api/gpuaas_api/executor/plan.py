@@ -192,7 +192,7 @@ def credential_plan(conn: psycopg.Connection, settings: OperationSettings, insta
     credential = spec.credentials.get(name)
     if credential is None:
         raise not_found("credential", name)
-    members = _members(conn, instance["id"], list(LIVE), [])
+    members = live_members(conn, instance["id"])
     plan = RunPlan(kind="credential", inventory=_inventory(settings, spec, instance, members), extravars={},
                    secret_vars={},
                    content_digest=version["artifact_digest"] if version["artifact_kind"] == "collection" else None)
