@@ -27,6 +27,7 @@ import pytest
 from gpuaas_api import testhosts
 
 from .rke2_harness import LEFTOVERS, TOKEN, VERSION, release, start
+from .test_gpu_detection import HOLE_REPORT, NVIDIA_SMI_DOUBLE, REPORT_ON_HOST
 
 pytestmark = [pytest.mark.hosts, pytest.mark.slow]
 
@@ -184,10 +185,31 @@ def assert_idempotent(rke2, name: str, **extra_vars):
     assert_no_secret(again)
 
 
+def install_gpu_doubles(rke2, host: str, runtime: bool) -> None:
+    """TEST DOUBLES for what needs a GPU (this machine has none): nvidia-smi printing a real H100 host's report of
+    two GPUs, and, with `runtime`, an nvidia-container-runtime that RKE2's containerd would find."""
+    container = rke2.hosts[host]["container"]
+    subprocess.run(["podman", "exec", "-i", container, "sh", "-c", f"cat > {REPORT_ON_HOST}"], input=HOLE_REPORT,
+                   text=True, check=True, timeout=60)
+    rke2.sh(host, f"cat > /usr/local/bin/nvidia-smi <<'EOF'\n{NVIDIA_SMI_DOUBLE}EOF\n"
+                  "chmod +x /usr/local/bin/nvidia-smi")
+    if runtime:
+        rke2.sh(host, "printf '#!/bin/sh\\n# TEST DOUBLE of the NVIDIA container runtime\\nexit 0\\n' "
+                      "> /usr/local/bin/nvidia-container-runtime && chmod +x /usr/local/bin/nvidia-container-runtime")
+
+
 def test_member_add_touches_only_the_new_agent_and_one_server(rke2):
     before = pids(rke2, [*SERVERS, "a1"])
     rke2.agents = ["a1", "a2"]
     rke2.inventory()
+    # a2 has two GPUs but no NVIDIA container runtime: refused before anything is installed.
+    install_gpu_doubles(rke2, "a2", runtime=False)
+    refused = rke2.playbook("rke2_member_add", rke2_members="a2")
+    assert refused.rc != 0
+    assert "2 NVIDIA GPU(s) but no nvidia-container-runtime" in refused.output, refused.output[-3000:]
+    assert all(c["changed"] == 0 for c in refused.recap.values()), refused.recap
+    assert rke2.sh("a2", "test -e /usr/local/bin/rke2 && echo yes || echo no") == "no"
+    install_gpu_doubles(rke2, "a2", runtime=True)
     run = rke2.playbook("rke2_member_add", rke2_members="a2")
     assert run.rc == 0, run.output[-4000:] + journals(rke2)
     assert_no_secret(run)
@@ -195,6 +217,10 @@ def test_member_add_touches_only_the_new_agent_and_one_server(rke2):
     assert pids(rke2, before) == before, "a member add restarted RKE2 on a node it did not add"
     states = rke2.module("s1", "rke2_info", members=[*SERVERS, "a1", "a2"])
     assert set(states["member_states"].values()) == {"active"}, states["member_details"]
+    # The GPU agent is labelled, and its containerd runs pods with the NVIDIA runtime.
+    labels = json.loads(rke2.kubectl("s1", "get node a2 -o json"))["metadata"]["labels"]
+    assert labels.get("nvidia.com/gpu.present") == "true" and labels.get("gpuaas.apps/gpu-count") == "2", labels
+    assert "default-runtime: nvidia" in rke2.sh("a2", "cat /etc/rancher/rke2/config.yaml")
     assert_idempotent(rke2, "rke2_member_add", rke2_members="a2")
 
 
