@@ -21,6 +21,7 @@ from .console import api as console_api
 from .content.routes import STREAMED_PREFIX
 from .content.routes import api as content_api
 from .correlation import CorrelationMiddleware
+from .executor import runner
 from .iam.routes import api as iam_api
 from .instances.routes import api as instances_api
 from .observability import metrics
@@ -107,6 +108,9 @@ def create_app(database: dbmod.Database | None = None, settings: Settings | None
 
     @asynccontextmanager
     async def lifespan(app: FastAPI):
+        # The credential route reads runtime access material in run directories of this process: one that a killed
+        # serve left behind goes now (a worker sweeps its own kinds the same way as it starts).
+        runner.sweep_scratch()
         owned = None
         if database is None:
             cfg = app.state.settings

@@ -53,6 +53,12 @@ options:
     type: str
     choices: [active, ready]
     default: active
+  version:
+    description:
+      - With O(wait), also wait until the node of every member of O(members) reports this kubelet version (RKE2's
+        version, such as V(v1.32.5+rke2r1)). After an upgrade's restart the node's Ready condition from before the
+        restart may still read True for a while; the version it reports is the restarted kubelet's.
+    type: str
   kubectl:
     description: The kubectl to run.
     type: path
@@ -232,6 +238,7 @@ def main():
             node=dict(type="str"),
             wait=dict(type="int", default=0),
             wait_for=dict(type="str", choices=["active", "ready"], default="active"),
+            version=dict(type="str"),
             **dict(KUBE_ARGUMENT_SPEC, **ETCD_ARGUMENT_SPEC)
         ),
         required_if=[("view", "self", ["node"])],
@@ -256,7 +263,8 @@ def main():
             nodes, etcd, error = None, None, failure
         if error is None:
             states, details = judge(members or [], nodes, etcd and etcd["members"])
-            if all(s in waited_for for s in states.values()) or time.time() >= deadline:
+            waiting = not_yet(states, details, waited_for, params["version"])
+            if not waiting or time.time() >= deadline:
                 break
         elif time.time() >= deadline:
             module.fail_json(msg="the RKE2 control plane does not answer: %s" % " ".join(str(error).split()))
@@ -264,11 +272,21 @@ def main():
     result = dict(changed=False, view="cluster", nodes=nodes, etcd=etcd)
     if members is not None:
         result["member_states"], result["member_details"] = states, details
-        if params["wait"] and any(s not in waited_for for s in states.values()):
+        if params["wait"] and waiting:
             module.fail_json(msg="members not %s after %ds: %s" % (params["wait_for"], params["wait"], ", ".join(
-                "%s (%s: %s)" % (m, s, details[m].get("reason"))
-                for m, s in sorted(states.items()) if s not in waited_for)), **result)
+                "%s (%s)" % (m, why) for m, why in sorted(waiting.items()))), **result)
     module.exit_json(**result)
+
+
+def not_yet(states, details, waited_for, version):
+    """The members a wait is still waiting for, each with why."""
+    waiting = {}
+    for member, state in states.items():
+        if state not in waited_for:
+            waiting[member] = "%s: %s" % (state, details[member].get("reason"))
+        elif version and details[member].get("kubelet_version") != version:
+            waiting[member] = "runs %s, not %s" % (details[member].get("kubelet_version"), version)
+    return waiting
 
 
 if __name__ == "__main__":

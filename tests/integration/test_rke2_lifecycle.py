@@ -325,8 +325,44 @@ def test_a_dead_agent_is_removed_and_its_host_cleaned_when_it_returns(rke2):
     assert "a2" not in rke2.kubectl("s1", "get nodes -o name")
 
 
+def test_a_dead_server_is_replaced(rke2):
+    # s3's host dies. The platform leaves a failed member out of the inventory: a roll is refused while etcd still
+    # counts s3's member, before anything changes.
+    subprocess.run(["podman", "stop", "-t", "0", rke2.hosts["s3"]["container"]], check=True, capture_output=True)
+    rke2.servers = ["s1", "s2"]
+    rke2.inventory()
+    refused = rke2.playbook("rke2_upgrade")
+    assert refused.rc != 0
+    assert "Refusing to roll: etcd member s3-" in refused.output and "is not healthy" in refused.output, \
+        refused.output[-3000:]
+    assert all(c["changed"] == 0 for c in refused.recap.values()), refused.recap
+    # a1's host (clean since its replacement) takes s3's place as a server. etcd would refuse the new member beside
+    # the dead one: the dead member goes first, then the new server joins, then s3's node is deleted.
+    rke2.servers = ["s1", "s2", "s3", "a1"]
+    rke2.inventory()
+    run = rke2.playbook("rke2_member_replace", rke2_member_old="s3", rke2_member_new="a1",
+                        rke2_members_unreachable="s3")
+    assert run.rc == 0, run.output[-4000:] + journals(rke2)
+    assert run.hosts_touched == {"s1", "a1"}, run.recap
+    etcd = rke2.module("s1", "rke2_etcd_member")
+    assert sorted(m["node"] for m in etcd["members"]) == ["a1", "s1", "s2"], etcd["members"]
+    assert etcd["quorum"]["healthy"] == 3, etcd["quorum"]
+    assert "s3" not in rke2.kubectl("s1", "get nodes -o name")
+    # s3 comes back: its server cannot rejoin (etcd removed its member); the cleanup removes what is left.
+    testhosts.start_again(rke2.hosts["s3"])
+    rke2.servers = ["s1", "s2", "a1", "s3"]
+    try:
+        clean = rke2.playbook("rke2_member_cleanup", rke2_members="s3")
+    finally:
+        rke2.servers = ["s1", "s2", "a1"]
+        rke2.inventory()
+    assert clean.rc == 0, clean.output[-3000:]
+    assert rke2.sh("s3", f"ls -d {' '.join(LEFTOVERS)} 2>/dev/null; pgrep -x etcd; pgrep -x rke2; true") == ""
+    assert "s3" not in rke2.kubectl("s1", "get nodes -o name")
+
+
 def test_upgrade_and_rollback_to_the_pinned_release(rke2):
-    nodes = [*SERVERS, "a3"]
+    nodes = rke2.servers + rke2.agents
     for version, playbook in ((release.VERSIONS[1], "rke2_upgrade"), (release.VERSIONS[0], "rke2_rollback")):
         if version not in rke2.pins:
             rke2.publish(version)

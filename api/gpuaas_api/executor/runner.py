@@ -231,7 +231,8 @@ def run(settings: OperationSettings, op: dict, plan: RunPlan, collections_path: 
     `run_dir`: where the run's files go (default: the operation's directory in the state dir);
     `connect_timeout`: seconds a host gets to answer SSH (default: Ansible's);
     `keep_output=False`: the module's result is a secret the caller takes from memory (module_results), so
-    none of the run's output is written (no stdout file, no job events) and nothing is packed."""
+    no stdout file and no job event is kept and nothing is packed (ansible-runner's callback still writes
+    each event's partial file into `run_dir` while the run lasts: the caller removes `run_dir`)."""
     pdd = run_dir or settings.state_dir / "runs" / str(op["id"]) / f"attempt-{op['attempt']}"
     pdd.mkdir(parents=True, exist_ok=True, mode=0o700)
     vars_file = pdd / "vars.yml"

@@ -64,7 +64,9 @@ def plan_for(conn: psycopg.Connection, settings: OperationSettings, cleanup: dic
     member = conn.execute(instances.MEMBER_SELECT + " WHERE m.id = %s", (cleanup["member_id"],)).fetchone()
     # The instance's live members come along (none once it is gone): an app whose returning host registered
     # itself again (an RKE2 node) forgets it from one of them. The cleanup variable names the host to clean.
-    live = [m for m in planner.live_members(conn, cleanup["instance_id"]) if m["id"] != member["id"]]
+    # A live member that took the cleaned node's name since (another host, the same host name) stays out: the
+    # inventory holds one host per node name.
+    live = [m for m in planner.live_members(conn, cleanup["instance_id"]) if m["node_name"] != member["node_name"]]
     built = inventory.build(spec, str(cleanup["instance_id"]), [member, *live])
     built["all"]["vars"] = {}
     if settings.ssh_private_key_file:

@@ -6,9 +6,12 @@ instance when a caller holding `apps.instance.credentials.issue` asks for it
 The read takes the status read-back's path (executor/plan.py and runner.py, as health/checker.py runs
 them): the module runs ad hoc from the version's collection build pinned by digest, in a scratch directory
 removed at the end, with no event of the run recorded, on one member at a time until one answers. The
-content goes from the run's memory (module_results) to the response and nowhere else: the run writes no
-output (runner.run keep_output=False), and the audit row and the timeline's `runtime_secret.issued` event
-say who got which credential from which member, never what it holds."""
+content goes from the run's memory (module_results) to the response: the run keeps no stdout file and no
+job events (runner.run keep_output=False), though ansible-runner's callback writes each event's partial
+file into the scratch directory while the run lasts; that directory is removed when the read ends, and
+one a killed process left is swept when serve or a worker starts (runner.sweep_scratch). The audit row
+and the timeline's `runtime_secret.issued` event say who got which credential from which member, never
+what it holds."""
 
 from __future__ import annotations
 

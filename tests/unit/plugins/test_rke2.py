@@ -177,3 +177,14 @@ def test_other_refusals_and_a_spent_settle_time_fail_at_once(monkeypatch):
                                      {"settle": 30})
     with pytest.raises(rke2.Rke2Error, match="unhealthy cluster"):
         rke2_etcd_member.reconfigure(RefusingEtcd(1), "remove", {"id": "1"}, {"settle": 0})
+
+
+def test_a_wait_for_a_restarted_node_also_waits_for_its_new_version():
+    details = {"s1": {"reason": None, "kubelet_version": "v1.32.3+rke2r1"},
+               "a1": {"reason": "node a1 is not Ready", "kubelet_version": "v1.32.5+rke2r1"}}
+    states = {"s1": "drained", "a1": "failed"}
+    ready = ("active", "draining", "drained")
+    assert rke2_info.not_yet(states, details, ready, None) == {"a1": "failed: node a1 is not Ready"}
+    assert rke2_info.not_yet(states, details, ready, "v1.32.5+rke2r1") == {
+        "s1": "runs v1.32.3+rke2r1, not v1.32.5+rke2r1", "a1": "failed: node a1 is not Ready"}
+    assert rke2_info.not_yet({"s1": "active"}, details, ("active",), "v1.32.3+rke2r1") == {}
