@@ -20,7 +20,6 @@ from __future__ import annotations
 import base64
 import io
 import json
-import shutil
 import ssl
 import subprocess
 import sys
@@ -39,12 +38,10 @@ from gpuaas_api.demo import Demo
 from .pinned_builds import copy_collection
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+from integration.rke2_harness import workload  # noqa: E402
 from rke2_double import release  # noqa: E402 - the test double's release builder, beside the tests
 
 pytestmark = [pytest.mark.hosts, pytest.mark.slow]
-
-if not shutil.which("podman"):
-    pytest.skip("needs podman: run `make test` (scripts/setup.sh installs it)", allow_module_level=True)
 
 SERVERS = ["srv1", "srv2", "srv3"]
 AGENTS = ["agt1", "agt2"]
@@ -57,21 +54,7 @@ KUBECONFIG = "admin-kubeconfig"  # the adapter's credential
 LEFTOVERS = ["/etc/rancher", "/var/lib/rancher/rke2", "/usr/local/bin/rke2", "/var/lib/kubelet"]
 # A workload of one pod per schedulable node (the double spreads a controller's pods), with a budget that lets a
 # drain evict one pod at a time.
-WORKLOAD = """apiVersion: apps/v1
-kind: Deployment
-metadata: {name: web, namespace: default}
-spec:
-  replicas: 6
-  selector: {matchLabels: {app: web}}
-  template:
-    metadata: {labels: {app: web}}
-    spec: {containers: [{name: web, image: registry.example/web:1}]}
----
-apiVersion: policy/v1
-kind: PodDisruptionBudget
-metadata: {name: web, namespace: default}
-spec: {minAvailable: 5, selector: {matchLabels: {app: web}}}
-"""
+WORKLOAD = workload(replicas=6, min_available=5)
 DURATIONS: dict[str, float] = {}
 
 

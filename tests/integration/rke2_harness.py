@@ -27,6 +27,26 @@ LEFTOVERS = ["/etc/rancher", "/var/lib/rancher/rke2", "/usr/local/bin/rke2", "/u
              "/usr/local/lib/systemd/system/rke2-server.service", "/usr/local/lib/systemd/system/rke2-agent.service"]
 
 
+def workload(replicas: int, min_available: int, namespace: str = "default") -> str:
+    """A Deployment `web` of `replicas` pods and a PodDisruptionBudget keeping `min_available` of them, for
+    `kubectl apply --validate=false -f -` (the double serves no OpenAPI document for kubectl to validate with)."""
+    return f"""apiVersion: apps/v1
+kind: Deployment
+metadata: {{name: web, namespace: {namespace}}}
+spec:
+  replicas: {replicas}
+  selector: {{matchLabels: {{app: web}}}}
+  template:
+    metadata: {{labels: {{app: web}}}}
+    spec: {{containers: [{{name: web, image: registry.example/web:1}}]}}
+---
+apiVersion: policy/v1
+kind: PodDisruptionBudget
+metadata: {{name: web, namespace: {namespace}}}
+spec: {{minAvailable: {min_available}, selector: {{matchLabels: {{app: web}}}}}}
+"""
+
+
 class Rke2Cluster(Cluster):
     """Test hosts of the rke2 flavour plus a mirror host serving the double's release."""
 

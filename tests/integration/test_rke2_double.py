@@ -18,7 +18,7 @@ import uuid
 
 import pytest
 
-from .rke2_harness import VERSION, start
+from .rke2_harness import VERSION, start, workload
 
 pytestmark = [pytest.mark.hosts, pytest.mark.slow]
 
@@ -27,22 +27,6 @@ AGENTS = ["a1", "a2"]
 NODES = sorted([*SERVERS, *AGENTS])
 KUBECTL = "/var/lib/rancher/rke2/bin/kubectl --kubeconfig /etc/rancher/rke2/rke2.yaml"
 DRAIN = "drain --ignore-daemonsets --delete-emptydir-data"
-# RKE2 runs no OpenAPI document in the double, which kubectl's client-side validation reads: --validate=false.
-WORKLOAD = """apiVersion: apps/v1
-kind: Deployment
-metadata: {name: web}
-spec:
-  replicas: 2
-  selector: {matchLabels: {app: web}}
-  template:
-    metadata: {labels: {app: web}}
-    spec: {containers: [{name: web, image: registry.example/web:1}]}
----
-apiVersion: policy/v1
-kind: PodDisruptionBudget
-metadata: {name: web}
-spec: {minAvailable: %d, selector: {matchLabels: {app: web}}}
-"""
 BUDGET_REFUSAL = "Cannot evict pod as it would violate the pod's disruption budget."
 # The eviction API's answer, read with the admin token of rke2.yaml: kubectl prints only its message.
 EVICT = """import base64, json, ssl, sys, urllib.error, urllib.request, yaml
@@ -120,7 +104,7 @@ def running_web(cluster, count: int = 2) -> dict[str, str]:
 
 
 def apply_workload(cluster, min_available: int) -> str:
-    manifest = WORKLOAD % min_available
+    manifest = workload(replicas=2, min_available=min_available)
     return cluster.sh("s1", f"{KUBECTL} apply --validate=false -f - <<'EOF'\n{manifest}EOF")
 
 

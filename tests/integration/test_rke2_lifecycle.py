@@ -26,7 +26,7 @@ import uuid
 import pytest
 from gpuaas_api import testhosts
 
-from .rke2_harness import LEFTOVERS, TOKEN, VERSION, release, start
+from .rke2_harness import LEFTOVERS, TOKEN, VERSION, release, start, workload
 from .test_gpu_detection import HOLE_REPORT, NVIDIA_SMI_DOUBLE, REPORT_ON_HOST
 
 pytestmark = [pytest.mark.hosts, pytest.mark.slow]
@@ -141,21 +141,7 @@ def test_etcd_membership_and_quorum_refusal(rke2):
 
 # Membership changes, chained on the deployed cluster (three servers, agent a1): each run is checked for the hosts it
 # touched, for restarts on the nodes it left alone (the goal is none), and a second run of it must change nothing.
-WORKLOAD = """apiVersion: apps/v1
-kind: Deployment
-metadata: {name: web, namespace: default}
-spec:
-  replicas: 2
-  selector: {matchLabels: {app: web}}
-  template:
-    metadata: {labels: {app: web}}
-    spec: {containers: [{name: web, image: registry.example/web:1}]}
----
-apiVersion: policy/v1
-kind: PodDisruptionBudget
-metadata: {name: web, namespace: default}
-spec: {minAvailable: 2, selector: {matchLabels: {app: web}}}
-"""
+WORKLOAD = workload(replicas=2, min_available=2)
 
 
 def pids(rke2, hosts) -> dict[str, str]:

@@ -44,7 +44,6 @@ def test_molecule_scenario_rke2(tmp_path, monkeypatch):
     assert token not in output, "the cluster token appeared in the scenario's output"
 
 
-@pytest.mark.skipif(not (ROOT / ".venv/bin/molecule").exists(), reason="needs molecule: run scripts/setup.sh")
 def test_delegated_scenario_configuration(tmp_path):
     """molecule/rke2_delegated's molecule.yml, its links to the operator's inventory and token and the shared
     converge playbook, through molecule's syntax step; unset, the inventory variable stops molecule by name."""
