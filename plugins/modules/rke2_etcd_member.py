@@ -43,26 +43,6 @@ options:
     description: Add the member as a learner (a non-voting member, to be promoted once it has caught up).
     type: bool
     default: false
-  endpoint:
-    description: The etcd client URL to talk to (the local member by default).
-    type: str
-    default: https://127.0.0.1:2379
-  ca_cert:
-    description: CA certificate of etcd's serving certificates.
-    type: path
-    default: /var/lib/rancher/rke2/server/tls/etcd/server-ca.crt
-  client_cert:
-    description: Client certificate etcd accepts.
-    type: path
-    default: /var/lib/rancher/rke2/server/tls/etcd/server-client.crt
-  client_key:
-    description: Its key.
-    type: path
-    default: /var/lib/rancher/rke2/server/tls/etcd/server-client.key
-  timeout:
-    description: Seconds to wait for each etcd call (a member that does not answer in time counts as unhealthy).
-    type: int
-    default: 5
   settle:
     description:
       - Seconds to keep asking while etcd refuses the change as C(unhealthy cluster). etcd refuses a membership
@@ -72,6 +52,7 @@ options:
     default: 30
 extends_documentation_fragment:
   - gpuaas.apps.attributes.check_and_diff
+  - gpuaas.apps.rke2.etcd
 """
 
 EXAMPLES = r"""

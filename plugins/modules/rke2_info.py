@@ -18,6 +18,7 @@ description:
   - With O(members), returns RV(member_states), each member's state in the platform's words, and
     RV(member_details), the runtime detail the platform stores and shows. A server whose etcd member is
     unhealthy is failed, whatever its node says.
+  - etcd is read only on a host that has its client certificates (where O(ca_cert) exists), that is a server.
   - When the API does not answer (etcd lost quorum, or no server runs), it fails with one line that says so; the
     platform reads that as a control plane that does not answer.
   - With O(view=self) it judges only the member on the host it runs on (O(node)), from that host alone, failed
@@ -59,36 +60,10 @@ options:
         version, such as V(v1.32.5+rke2r1)). After an upgrade's restart the node's Ready condition from before the
         restart may still read True for a while; the version it reports is the restarted kubelet's.
     type: str
-  kubectl:
-    description: The kubectl to run.
-    type: path
-    default: /var/lib/rancher/rke2/bin/kubectl
-  kubeconfig:
-    description: The admin kubeconfig.
-    type: path
-    default: /etc/rancher/rke2/rke2.yaml
-  endpoint:
-    description: The etcd client URL (the local member by default); etcd is read only where O(ca_cert) exists.
-    type: str
-    default: https://127.0.0.1:2379
-  ca_cert:
-    description: CA certificate of etcd's serving certificates.
-    type: path
-    default: /var/lib/rancher/rke2/server/tls/etcd/server-ca.crt
-  client_cert:
-    description: Client certificate etcd accepts.
-    type: path
-    default: /var/lib/rancher/rke2/server/tls/etcd/server-client.crt
-  client_key:
-    description: Its key.
-    type: path
-    default: /var/lib/rancher/rke2/server/tls/etcd/server-client.key
-  timeout:
-    description: Seconds to wait for each etcd call.
-    type: int
-    default: 5
 extends_documentation_fragment:
   - gpuaas.apps.attributes.read_only
+  - gpuaas.apps.rke2.kubectl
+  - gpuaas.apps.rke2.etcd
 """
 
 EXAMPLES = r"""

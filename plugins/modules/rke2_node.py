@@ -63,14 +63,6 @@ options:
         for a missing node.
     type: bool
     default: false
-  kubectl:
-    description: The kubectl to run.
-    type: path
-    default: /var/lib/rancher/rke2/bin/kubectl
-  kubeconfig:
-    description: The admin kubeconfig.
-    type: path
-    default: /etc/rancher/rke2/rke2.yaml
 notes:
   - In check mode nothing is changed; RV(evicted) names the pods a drain would evict, a warning names those a
     PodDisruptionBudget would hold now, and RV(node), RV(pods_left) and RV(state) describe the node as it is.
@@ -82,6 +74,7 @@ notes:
     delete a dead node with O(state=absent) instead.
 extends_documentation_fragment:
   - gpuaas.apps.attributes.check_and_diff
+  - gpuaas.apps.rke2.kubectl
 """
 
 EXAMPLES = r"""
