@@ -179,19 +179,16 @@ commands:
 import re  # noqa: E402 - Ansible modules import after their documentation
 
 from ansible.module_utils.basic import AnsibleModule  # noqa: E402
-from ansible_collections.gpuaas.apps.plugins.module_utils.slurm import (  # noqa: E402
-    SlurmError,
-    SlurmRunner,
-    parse_parsable,
+from ansible_collections.gpuaas.apps.plugins.module_utils.slurm import SlurmError, SlurmRunner  # noqa: E402
+from ansible_collections.gpuaas.apps.plugins.module_utils.slurm_accounting import (  # noqa: E402
+    ACCOUNT_COLUMNS,
+    USER_COLUMNS,
+    name_problem,
+    show,
+    show_assocs,
+    text_problem,
 )
 
-# sacctmgr show assoc columns, in format= order, and the names this module uses for them.
-ASSOC_COLUMNS = ("Cluster", "Account", "User", "ParentName", "Share", "GrpTRES", "MaxJobs", "MaxSubmit",
-                 "QOS", "DefaultQOS")
-ASSOC_KEYS = ("cluster", "account", "user", "parent", "fairshare", "grp_tres", "max_jobs", "max_submit_jobs",
-              "qos", "default_qos")
-ACCOUNT_COLUMNS = ("Account", "Description", "Organization")
-USER_COLUMNS = ("User", "DefaultAccount")
 # Association fields: parameter name -> sacctmgr set= keyword.
 ASSOC_SET_KEYS = {
     "parent": "parent",
@@ -204,42 +201,11 @@ ASSOC_SET_KEYS = {
 }
 ACCOUNT_TEXT_FIELDS = ("description", "organization")
 
-_NAME_RE = re.compile(r"^[a-z0-9_][a-z0-9_.-]*$")
-_TEXT_RE = re.compile(r"^[a-z0-9 _.,:;/()+@#&=-]*$")
 _TRES_RE = re.compile(r"^(?P<key>[a-z][a-z0-9_/:.-]*)=(?P<value>-1|\d+[KMGTP]?)$")
 _MEM_UNITS = {"K": 1.0 / 1024, "M": 1, "G": 1024, "T": 1024 ** 2, "P": 1024 ** 3}
 
 
 # ---- input checks ---------------------------------------------------------------------------------
-def name_problem(kind, value):
-    """Why sacctmgr would not store ``value`` as given (None when it would)."""
-    if not value:
-        return "%s must not be empty" % kind
-    if _NAME_RE.match(value):
-        return None
-    if value.lower() != value and _NAME_RE.match(value.lower()):
-        return ("%s '%s' has uppercase letters; sacctmgr would silently store it as '%s'. Use the lowercase "
-                "name." % (kind, value, value.lower()))
-    bad = sorted(set(c for c in value.lower() if not re.match(r"[a-z0-9_.-]", c)))
-    if not bad:
-        return "%s '%s' must start with a lowercase letter, digit or '_'" % (kind, value)
-    return ("%s '%s' contains characters sacctmgr cannot store as given (%s); use lowercase letters, digits, "
-            "'_', '.' and '-'" % (kind, value, " ".join(repr(c) for c in bad)))
-
-
-def text_problem(kind, value):
-    if value != value.strip():
-        return "%s '%s' has leading or trailing spaces, which sacctmgr drops" % (kind, value)
-    if value.lower() != value:
-        return ("%s '%s' has uppercase letters; sacctmgr would silently store it as '%s'. Use lowercase."
-                % (kind, value, value.lower()))
-    if not _TEXT_RE.match(value):
-        bad = sorted(set(c for c in value if not _TEXT_RE.match(c)))
-        return ("%s '%s' contains characters sacctmgr does not store as given or that break its parsable "
-                "output (%s)" % (kind, value, " ".join(repr(c) for c in bad)))
-    return None
-
-
 def parse_tres(text):
     """'gres/gpu=4,mem=2G' -> {'gres/gpu': '4', 'mem': '2048'}: values normalised (mem in MiB)."""
     tres = {}
@@ -294,11 +260,6 @@ def check_params(params):
 
 
 # ---- reading sacctmgr -----------------------------------------------------------------------------
-def assoc_rows(rows):
-    """Rows of `sacctmgr -P -n show assoc format=<ASSOC_COLUMNS>` -> dicts keyed by ASSOC_KEYS."""
-    return [dict((key, row[col]) for key, col in zip(ASSOC_KEYS, ASSOC_COLUMNS)) for row in rows]  # noqa: B905
-
-
 def account_view(row):
     """An association row as reported (qos as a sorted list)."""
     view = dict(row)
@@ -347,17 +308,11 @@ class Snapshot:
 
 
 def read_snapshot(runner, account, user, cluster):
-    where = ["where", "cluster=%s" % cluster] if cluster else []
-
-    def show(entity, condition, columns):
-        args = ["-P", "-n", "show", entity] + condition + ["format=%s" % ",".join(columns)]
-        return parse_parsable(runner.run("sacctmgr", args)[1], columns)
-
-    assocs = assoc_rows(show("assoc", where, ASSOC_COLUMNS))
-    accounts = show("account", ["where", "name=%s" % account], ACCOUNT_COLUMNS)
+    assocs = show_assocs(runner, cluster)
+    accounts = show(runner, "account", ["where", "name=%s" % account], ACCOUNT_COLUMNS)
     user_row = None
     if user:
-        users = show("user", ["where", "name=%s" % user], USER_COLUMNS)
+        users = show(runner, "user", ["where", "name=%s" % user], USER_COLUMNS)
         user_row = users[0] if users else None
     return Snapshot(account, user, accounts[0] if accounts else None, user_row, assocs)
 

@@ -2,12 +2,17 @@
 
 import pytest
 from ansible_collections.gpuaas.apps.plugins.module_utils.slurm import parse_parsable
+from ansible_collections.gpuaas.apps.plugins.module_utils.slurm_accounting import (
+    ACCOUNT_COLUMNS,
+    ASSOC_COLUMNS,
+    assoc_rows,
+)
 from ansible_collections.gpuaas.apps.plugins.modules import slurm_account as sa
 from slurm_fixtures import INDEX, ReplaySlurm, run_module, text
 
-ACCOUNTS = parse_parsable(text("accounts"), sa.ACCOUNT_COLUMNS)
+ACCOUNTS = parse_parsable(text("accounts"), ACCOUNT_COLUMNS)
 USERS = parse_parsable(text("users"), ("User", "DefaultAccount", "Cluster"))
-TREE = sa.assoc_rows(parse_parsable(text("assoc_tree"), sa.ASSOC_COLUMNS))
+TREE = assoc_rows(parse_parsable(text("assoc_tree"), ASSOC_COLUMNS))
 
 
 def params(**kw):
@@ -200,7 +205,7 @@ def test_absent_is_idempotent():
 def test_cascade_that_the_refusal_prevents_is_real():
     # recorded: removing tenant1 took proj-a and its users with it
     before = {r["account"] for r in TREE}
-    after = {r["account"] for r in sa.assoc_rows(parse_parsable(text("assoc_after_cascade"), sa.ASSOC_COLUMNS))}
+    after = {r["account"] for r in assoc_rows(parse_parsable(text("assoc_after_cascade"), ASSOC_COLUMNS))}
     assert before - after == {"tenant1", "proj-a"}
 
 
@@ -265,7 +270,7 @@ def test_sacctmgr_really_mangles_odd_names_and_pipes_break_parsable_output():
     assert {"a|a|a", "b|b|b", "it`s|it`s|it`s"} <= set(stored)  # 'a,b' split in two, quote -> backtick
     assert "Unknown option: x=y" in INDEX["add_account_equals"]["stderr"]  # '=' is read as an option
     with pytest.raises(ValueError):
-        parse_parsable(text("accounts_mangled"), sa.ACCOUNT_COLUMNS)  # 'piped|a|b|piped' has 4 fields
+        parse_parsable(text("accounts_mangled"), ACCOUNT_COLUMNS)  # 'piped|a|b|piped' has 4 fields
     for name in ("a,b", "it's", "x=y"):
         assert sa.check_params(params(account=name))
     assert sa.check_params(params(description="a|b"))
