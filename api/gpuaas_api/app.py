@@ -12,6 +12,7 @@ from uvicorn.protocols.http.h11_impl import H11Protocol
 
 from . import __version__, correlation, docs, errors
 from . import db as dbmod
+from .access.routes import api as access_api
 from .admin_routes import api as admin_api
 from .allocations.routes import api as allocations_api
 from .audit.routes import api as audit_api
@@ -29,9 +30,10 @@ from .observability.middleware import ObservabilityMiddleware
 from .operations.routes import api as operations_api
 from .policy.routes import api as policy_api
 from .registry.routes import api as registry_api
+from .scheduler.routes import api as scheduler_api
 
 ROUTERS = [iam_api, catalog_api, policy_api, allocations_api, instances_api, operations_api, audit_api, admin_api,
-           content_api, registry_api]
+           content_api, registry_api, scheduler_api, access_api]
 
 
 class Health(BaseModel):

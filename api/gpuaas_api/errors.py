@@ -61,6 +61,9 @@ ERROR_CODES: dict[str, int] = {
     "no_cleanup_playbook": 409, "site_vars_conflict": 422,
     # runtime access credentials
     "credential_unavailable": 502,
+    # jobs, nodes and logins (docs/scheduler.md)
+    "no_scheduler": 409, "scheduler_unavailable": 502, "scheduler_refused": 403, "identity_not_synced": 409,
+    "account_not_allowed": 403, "node_operation_not_supported": 409, "invalid_ssh_key": 422, "no_login": 409,
 }
 
 ErrorCode = Literal[
@@ -79,6 +82,8 @@ ErrorCode = Literal[
     "action_not_supported", "member_already_removed", "member_busy", "member_state_conflict", "already_at_version",
     "no_previous_version", "idempotency_key_reused", "operation_finished", "operation_in_progress", "no_playbook",
     "no_status_module", "role_minimum", "no_cleanup_playbook", "site_vars_conflict", "credential_unavailable",
+    "no_scheduler", "scheduler_unavailable", "scheduler_refused", "identity_not_synced", "account_not_allowed",
+    "node_operation_not_supported", "invalid_ssh_key", "no_login",
 ]
 assert set(get_args(ErrorCode)) == set(ERROR_CODES), "ErrorCode and ERROR_CODES list the same codes"
 

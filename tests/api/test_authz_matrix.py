@@ -19,6 +19,10 @@ from gpuaas_api import db as dbmod
 from gpuaas_api.app import create_app
 from gpuaas_api.config import OperationSettings
 from gpuaas_api.content.store import embedded_store
+from operations.toy_scheduler import ToyScheduler, point_at
+from cryptography.hazmat.primitives import serialization
+from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
+from gpuaas_api.secrets import service as secrets
 from operations.helpers import CREDENTIAL, TEST_APP, point_credential, publish_test_app, use_local_connection
 
 from .world import ACTORS, DIGEST, SLURM_ADAPTER, SLURM_COMPAT, World, create_instance, register_allocation
@@ -27,6 +31,8 @@ AUTHENTICATED = set(ACTORS) - {"anonymous"}
 EVERYONE = set(ACTORS)
 PA, TA, PADM, PM, SA = "platform_admin", "tenant_admin", "project_admin", "project_member", "service_account"
 PROJECT_READERS = {TA, PADM, PM, SA}  # apps.instance.read in project A1
+PROJECT_USERS = {TA, PADM, PM, SA}  # scheduler.queue.* and scheduler.node.read in project A1
+PEOPLE = AUTHENTICATED - {SA, "other_service_account"}  # users: their own SSH keys
 _seq = itertools.count()
 
 
@@ -34,11 +40,18 @@ def uniq(prefix: str) -> str:
     return f"{prefix}-{next(_seq)}"
 
 
+def ssh_public_key() -> str:
+    key = Ed25519PrivateKey.generate().public_key()
+    return key.public_bytes(serialization.Encoding.OpenSSH, serialization.PublicFormat.OpenSSH).decode() + " t@x"
+
+
 @dataclass
 class Ctx:
     w: World
     database: dbmod.Database
     files: Path  # where the test app's credential module reads its secret
+    settings: OperationSettings
+    toy: ToyScheduler | None = None  # the scheduler of scheduler_instance()
 
     @property
     def ids(self):
@@ -162,6 +175,39 @@ class Ctx:
             (self.files / f"{worker['node_name']}.secret").write_text("the matrix's secret")
             self.ids["credential_instance"] = instance["id"]
         return self.ids["credential_instance"]
+
+    def scheduler_instance(self) -> str:
+        """A running instance of the test app whose scheduler is the toy one (tests/operations/toy_scheduler.py),
+        on loopback: an allowed call reaches a real gateway and gets its answer."""
+        if self.toy is None:
+            self.credential_instance()  # publishes and entitles the test app
+            instance = self.w.call(PADM, "POST", f"/v1/projects/{self.ids['project_a1']}/instances", 201, json={
+                "name": uniq("sched"), "app_slug": TEST_APP, "allocation_ids": [self.ids[self.fresh_allocation()]],
+                "topology": [{"role": "controller", "count": 1}, {"role": "worker", "count": 2}]}).json()
+            self.sql("UPDATE app_instances SET status = 'running' WHERE id = %s RETURNING id", (instance["id"],))
+            self.sql("UPDATE app_instance_members SET status = 'active' WHERE instance_id = %s RETURNING id",
+                     (instance["id"],))
+            with self.database.transaction() as conn:
+                secrets.ensure(conn, self.settings, instance["id"], {"scheduler_key": {"kind": "token", "size": 32}})
+                key = secrets.load(conn, self.settings, instance["id"])["scheduler_key"]
+            self.toy = ToyScheduler(key, instance["id"], nodes=["n1", "n2"]).__enter__()
+            point_at(self.sql, instance["id"], self.toy.port)
+            self.ids["scheduler_instance"] = instance["id"]
+        return self.ids["scheduler_instance"]
+
+    def job_path(self, action: str = "") -> str:
+        """A job the project admin submitted to the toy scheduler."""
+        iid = self.scheduler_instance()
+        job = self.w.call(PADM, "POST", f"/v1/instances/{iid}/jobs", 201,
+                          json={"name": "matrix", "script": "#!/bin/sh\ntrue\n"}).json()
+        return f"/v1/instances/{iid}/jobs/{job['id']}{action}"
+
+    def own_ssh_key(self, actor: str) -> str:
+        """An SSH key of the actor, when it is a person (others get a made-up id: theirs is refused first)."""
+        if actor in ("anonymous", SA, "other_service_account"):
+            return str(uuid.uuid4())
+        return self.w.call(actor, "POST", "/v1/me/ssh-keys", 201,
+                           json={"name": uniq("k"), "public_key": ssh_public_key()}).json()["id"]
 
     def member_id(self) -> str:
         return str(self.sql("SELECT id FROM app_instance_members WHERE instance_id = %s LIMIT 1",
@@ -360,6 +406,30 @@ CASES: list[Case] = [
       lambda x, a: ("POST", f"/v1/operations/{x.queued_operation()}/cancel", {})),
     c("POST", "/v1/instances/{instance_id}/credentials/{name}", {TA, PADM, SA}, lambda x, a: (
         "POST", f"/v1/instances/{x.credential_instance()}/credentials/{CREDENTIAL}", {})),
+    # jobs and nodes (the toy scheduler answers), logins and SSH keys
+    c("POST", "/v1/instances/{instance_id}/jobs", PROJECT_USERS, lambda x, a: (
+        "POST", f"/v1/instances/{x.scheduler_instance()}/jobs", {"json": {"name": "j", "script": "#!/bin/sh\n"}})),
+    c("GET", "/v1/instances/{instance_id}/jobs", PROJECT_USERS,
+      lambda x, a: ("GET", f"/v1/instances/{x.scheduler_instance()}/jobs", {})),
+    c("GET", "/v1/instances/{instance_id}/jobs/{job_id}", PROJECT_USERS, lambda x, a: ("GET", x.job_path(), {})),
+    c("POST", "/v1/instances/{instance_id}/jobs/{job_id}/cancel", PROJECT_USERS,
+      lambda x, a: ("POST", x.job_path("/cancel"), {})),
+    c("GET", "/v1/instances/{instance_id}/nodes", PROJECT_USERS,
+      lambda x, a: ("GET", f"/v1/instances/{x.scheduler_instance()}/nodes", {})),
+    c("POST", "/v1/instances/{instance_id}/nodes/{name}/drain", {TA, PADM, SA}, lambda x, a: (
+        "POST", f"/v1/instances/{x.scheduler_instance()}/nodes/n1/drain", {"json": {"reason": "matrix"}})),
+    c("POST", "/v1/instances/{instance_id}/nodes/{name}/resume", {TA, PADM, SA},
+      lambda x, a: ("POST", f"/v1/instances/{x.scheduler_instance()}/nodes/n1/resume", {})),
+    c("POST", "/v1/instances/{instance_id}/nodes/{name}/features", {TA, PADM, SA}, lambda x, a: (
+        "POST", f"/v1/instances/{x.scheduler_instance()}/nodes/n2/features", {"json": {"features": ["a100"]}})),
+    c("GET", "/v1/instances/{instance_id}/access", {TA, PADM, PM},
+      lambda x, a: ("GET", f"/v1/instances/{x.scheduler_instance()}/access", {})),
+    c("POST", "/v1/instances/{instance_id}/access-sync", {TA, PADM, SA},
+      lambda x, a: ("POST", f"/v1/instances/{x.running_instance()[0]}/access-sync", {})),
+    c("GET", "/v1/me/ssh-keys", PEOPLE),
+    c("POST", "/v1/me/ssh-keys", PEOPLE,
+      lambda x, a: ("POST", "/v1/me/ssh-keys", {"json": {"name": uniq("k"), "public_key": ssh_public_key()}})),
+    c("DELETE", "/v1/me/ssh-keys/{key_id}", PEOPLE, lambda x, a: ("DELETE", f"/v1/me/ssh-keys/{x.own_ssh_key(a)}", {})),
     c("GET", "/v1/instances/{instance_id}/inventory", PROJECT_READERS,
       lambda x, a: ("GET", f"/v1/instances/{x.ids['instance_a1']}/inventory", {})),
     c("GET", "/v1/instances/{instance_id}/operations", PROJECT_READERS,
@@ -400,7 +470,11 @@ def ctx(shared, tmp_path_factory):
     shared.app.state.content_store = embedded_store(state)  # the one runs install their collection from
     with pytest.MonkeyPatch.context() as patch:
         use_local_connection(patch)  # no SSH here: a credential's read reaches its test host locally
-        yield Ctx(shared.world, shared.database, tmp_path_factory.mktemp("credentials"))
+        ctx = Ctx(shared.world, shared.database, tmp_path_factory.mktemp("credentials"),
+                  shared.app.state.operation_settings)
+        yield ctx
+        if ctx.toy is not None:
+            ctx.toy.__exit__()
 
 
 def test_every_route_has_a_case():

@@ -136,6 +136,27 @@ class WorkloadSpec(Strict):
         "its registry); absent otherwise")
 
 
+class SchedulerSpec(Strict):
+    """How the runtime serves the tenant-facing jobs and nodes routes (docs/scheduler.md): a gateway the app's
+    collection runs on the first serving host of `role`, listening on `port`, speaking the platform's one
+    scheduler protocol. The platform signs each request with the instance secret `key`; the gateway maps the
+    generic job and node model to its runtime and back, and runs each job as the caller's runtime identity."""
+    role: RoleName
+    port: int = Field(ge=1, le=65535)
+    key: VariableName = Field(description="a `secrets` entry of kind token: the HMAC key of the platform's requests")
+    node_operations: list[Literal["drain", "resume", "features"]] = Field(
+        default_factory=list, description="the node operations the runtime has")
+
+
+class AccessSpec(Strict):
+    """The access map (docs/scheduler.md): every run gets, under `variable`, the runtime accounts of the
+    projects using the instance and the runtime identities of their principals (Unix user, uid, account,
+    login and SSH keys); actions.access_sync applies a changed map. People log in to the hosts of
+    `login_role`."""
+    variable: VariableName
+    login_role: RoleName
+
+
 class HealthSpec(Strict):
     proof: ShortText | None = Field(default=None, description="what a successful deploy proves about the app "
                                     "(documentation: healthy events come from the health check alone)")
@@ -158,6 +179,9 @@ class AdapterSpec(Strict):
         default_factory=dict, max_length=16, description="runtime access credentials a tenant may fetch by name")
     workload: WorkloadSpec | None = Field(default=None, description="the artifact each version pins for the "
                                           "app to run (e.g. its OCI image); none for apps that are only a collection")
+    scheduler: SchedulerSpec | None = Field(default=None, description="the jobs and nodes routes' gateway")
+    access: AccessSpec | None = Field(default=None, description="runtime identities and logins for the "
+                                      "project's people (needs actions.access_sync)")
     health: HealthSpec | None = None
     cleanup: ContentName | None = Field(
         default=None, description="the playbook that cleans a host a forced removal left behind (its host was "
@@ -187,9 +211,12 @@ class AdapterSpec(Strict):
                     problems.append(f"status names role {role!r}, which is not in roles")
         problems += [f"credentials.{name} names role {c.role!r}, which is not in roles"
                      for name, c in self.credentials.items() if c.role not in names]
+        problems += self._runtime_access_problems(names)
         platform_vars = self.platform_variables()
-        if len(platform_vars) != len(self.secrets) + len(self.target_variables()) + len(self.workload_variables()):
-            problems.append("the secrets, target variables and workload variables must have distinct names")
+        if len(platform_vars) != (len(self.secrets) + len(self.target_variables()) + len(self.workload_variables())
+                                  + (1 if self.access else 0)):
+            problems.append("the secrets, target variables, workload variables and access variable must have "
+                            "distinct names")
         for name in platform_vars:
             if (why := parameters.name_problem(name, set())) is not None:
                 problems.append(f"variable {name!r} {why}")
@@ -202,6 +229,21 @@ class AdapterSpec(Strict):
         if problems:
             raise ValueError("; ".join(problems))
         return self
+
+    def _runtime_access_problems(self, names: list[str]) -> list[str]:
+        problems = []
+        if self.scheduler:
+            if self.scheduler.role not in names:
+                problems.append(f"scheduler names role {self.scheduler.role!r}, which is not in roles")
+            key = self.secrets.get(self.scheduler.key)
+            if key is None or key.kind != "token":
+                problems.append(f"scheduler.key {self.scheduler.key!r} must name a secret of kind token")
+        if self.access:
+            if self.access.login_role not in names:
+                problems.append(f"access names role {self.access.login_role!r}, which is not in roles")
+            if "access_sync" not in self.actions:
+                problems.append("access needs actions.access_sync, the run that applies a changed access map")
+        return problems
 
     def _content_problems(self) -> list[str]:
         """The playbooks, the status module and the credential modules come from one collection, the app's
@@ -225,8 +267,10 @@ class AdapterSpec(Strict):
         return {v for v in self.targets.model_dump().values() if v}
 
     def platform_variables(self) -> set[str]:
-        """Variables the platform sets for a run: operation targets, secrets and the workload artifact."""
-        return self.target_variables() | set(self.secrets) | self.workload_variables()
+        """Variables the platform sets for a run: operation targets, secrets, the workload artifact and the
+        access map."""
+        return (self.target_variables() | set(self.secrets) | self.workload_variables()
+                | ({self.access.variable} if self.access else set()))
 
     def workload_variables(self) -> set[str]:
         w = self.workload

@@ -9,8 +9,8 @@ the site's variables (the operator's `site_vars` setting, in a file of their own
 the spec's vars, the tenant parameters (the instance's, with a reconfigure request's merged over them;
 checked against the version's declared schema), the spec's action_vars[kind], the version's workload
 artifact (`registry/repository@digest`) under the spec's workload variable and its signer's public key
-under the signer key variable, then the operation's
-targets under the spec's target variables. The runner hands all of them to Ansible as unsafe."""
+under the signer key variable, the access map (access/service.py) under the spec's access variable, then the
+operation's targets under the spec's target variables. The runner hands all of them to Ansible as unsafe."""
 
 from __future__ import annotations
 
@@ -20,6 +20,7 @@ from uuid import UUID
 
 import psycopg
 
+from ..access import service as access
 from ..catalog import parameters
 from ..catalog.adapter import AdapterSpec, CredentialSpec, stored_spec
 from ..catalog.service import get_version_by_id, workload_image
@@ -107,6 +108,8 @@ def build(conn: psycopg.Connection, settings: OperationSettings, op: dict, insta
     extravars |= {getattr(spec.targets, name): ",".join(nodes)
                   for name, nodes in _targets(op, by_id).items()
                   if getattr(spec.targets, name, None) and nodes}
+    if spec.access:  # computed now, so a run queued earlier carries every change made since
+        extravars[spec.access.variable] = access.access_map(conn, instance)
     unreachable = unreachable_targets(op, by_id) if spec.targets.unreachable else []
     if unreachable:
         extravars[spec.targets.unreachable] = ",".join(m["node_name"] for m in unreachable)

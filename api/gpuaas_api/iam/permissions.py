@@ -20,6 +20,9 @@ APPS_INSTANCE_ALL = frozenset({
     # a runtime access credential the adapter declares (e.g. a cluster's admin configuration): more than a read
     "apps.instance.credentials.issue",
 })
+# Logging in to an instance's login hosts as one's runtime identity, with one's own SSH keys (docs/scheduler.md):
+# people only, so no service account role holds it.
+LOGIN = frozenset({"apps.instance.access"})
 PROJECT_READ = frozenset({
     "iam.project.read", "apps.catalog.read", "apps.instance.read", "allocations.read",
     "policy.entitlement.read", "policy.overlay.read",
@@ -56,18 +59,18 @@ ROLES: dict[str, Role] = {r.name: r for r in [
          })),
     Role("tenant_admin", "tenant", "user",
          "Manages projects, users, service accounts, policy overlays and app instances in one tenant.",
-         PROJECT_READ | APPS_INSTANCE_ALL | SCHEDULER_ALL | SERVICE_ACCOUNT_ADMIN | frozenset({
+         PROJECT_READ | APPS_INSTANCE_ALL | SCHEDULER_ALL | SERVICE_ACCOUNT_ADMIN | LOGIN | frozenset({
              "iam.tenant.read", "iam.project.create", "iam.user.create", "iam.user.read",
              "iam.token.create", "iam.token.read", "policy.overlay.write", "audit.read",
          })),
     Role("project_admin", "project", "user",
          "Manages app instances, topology, service accounts and overlays inside one project.",
-         PROJECT_READ | APPS_INSTANCE_ALL | SCHEDULER_ALL | SERVICE_ACCOUNT_ADMIN | frozenset({
+         PROJECT_READ | APPS_INSTANCE_ALL | SCHEDULER_ALL | SERVICE_ACCOUNT_ADMIN | LOGIN | frozenset({
              "policy.overlay.write", "audit.read",
          })),
     Role("project_member", "project", "user",
          "Uses the project's apps: reads instances and submits scheduler jobs.",
-         PROJECT_READ | SCHEDULER_READ | frozenset({"scheduler.queue.submit", "scheduler.queue.cancel"})),
+         PROJECT_READ | SCHEDULER_READ | LOGIN | frozenset({"scheduler.queue.submit", "scheduler.queue.cancel"})),
     Role("sa_operator", "project", "service_account",
          "Automation identity for app lifecycle inside its own project.",
          PROJECT_READ | APPS_INSTANCE_ALL | SCHEDULER_ALL),

@@ -3,9 +3,10 @@ from __future__ import annotations
 from uuid import UUID
 
 from .. import docs, errors
+from ..access import service as access
 from ..audit import service as audit
 from ..common import Page, decode_cursor, keyset_page, page_of
-from ..deps import DB, AppSettings, Caller, CursorParam, LimitParam, router
+from ..deps import DB, AppSettings, Caller, CursorParam, LimitParam, RunSettings, router
 from ..errors import not_found
 from ..location import LocatedRoute
 from . import service
@@ -280,7 +281,7 @@ def get_service_account(project_id: UUID, sa_id: UUID, caller: Caller, db: DB):
 
 @api.delete("/v1/projects/{project_id}/service-accounts/{sa_id}", operation_id="service_accounts_disable",
             response_model=ServiceAccount)
-def disable_service_account(project_id: UUID, sa_id: UUID, caller: Caller, db: DB):
+def disable_service_account(project_id: UUID, sa_id: UUID, caller: Caller, db: DB, settings: RunSettings):
     """Disables the account, revokes its tokens and removes its role bindings (rows stay for audit)."""
     with db.transaction() as conn:
         project = service.get_project(conn, project_id)
@@ -293,6 +294,7 @@ def disable_service_account(project_id: UUID, sa_id: UUID, caller: Caller, db: D
                      (sa_id,))
         audit.record(conn, caller, "iam.service_account.delete", "service_account", sa_id, before=before,
                      after=row, context={"tenant_id": project["tenant_id"], "project_id": project_id})
+        access.queue_sync(conn, settings, caller, project_id=project_id, reason=f"service account {sa_id} disabled")
     return row
 
 
@@ -340,11 +342,15 @@ def list_service_account_tokens(project_id: UUID, sa_id: UUID, caller: Caller, d
                                       'project_id': '7b1f4c2e-0d3a-4e5b-9c6d-1a2b3c4d5e6f'}),
           responses=errors.responses("invalid_principal", "invalid_scope", "unknown_role"),
                                      response_model=RoleBinding, status_code=201)
-def create_role_binding(body: RoleBindingCreate, caller: Caller, db: DB):
-    """Bind a role to a user or service account at tenant or project scope; the caller must hold what it grants."""
+def create_role_binding(body: RoleBindingCreate, caller: Caller, db: DB, settings: RunSettings):
+    """Bind a role to a user or service account at tenant or project scope; the caller must hold what it grants.
+    The runtime access of the scope's running instances follows (an access_sync is queued on those that have
+    runtime identities)."""
     with db.transaction() as conn:
-        return service.create_binding(conn, caller, body.principal_kind, body.principal_id, body.role,
-                                      body.tenant_id, body.project_id)
+        row = service.create_binding(conn, caller, body.principal_kind, body.principal_id, body.role,
+                                     body.tenant_id, body.project_id)
+        access.binding_changed(conn, settings, caller, row, "granted")
+        return row
 
 
 @api.get("/v1/role-bindings", operation_id="role_bindings_list", response_model=Page[RoleBinding])
@@ -373,7 +379,9 @@ def list_role_bindings(caller: Caller, db: DB, tenant_id: UUID | None = None, pr
 
 @api.delete("/v1/role-bindings/{binding_id}", operation_id="role_bindings_delete",
             responses=errors.responses("last_platform_admin"), status_code=204)
-def delete_role_binding(binding_id: UUID, caller: Caller, db: DB):
-    """Remove a role binding; the permissions it granted end at once."""
+def delete_role_binding(binding_id: UUID, caller: Caller, db: DB, settings: RunSettings):
+    """Remove a role binding; the permissions it granted end at once in the API, and in the runtime of the
+    scope's running instances with the access_sync this queues (logins end, associations go)."""
     with db.transaction() as conn:
-        service.delete_binding(conn, caller, binding_id)
+        row = service.delete_binding(conn, caller, binding_id)
+        access.binding_changed(conn, settings, caller, row, "revoked")

@@ -186,7 +186,7 @@ def create_binding(conn: psycopg.Connection, actor: Principal, principal_kind: s
     return row
 
 
-def delete_binding(conn: psycopg.Connection, actor: Principal, binding_id: UUID) -> None:
+def delete_binding(conn: psycopg.Connection, actor: Principal, binding_id: UUID) -> dict:
     row = conn.execute("SELECT * FROM role_bindings WHERE id = %s FOR UPDATE", (binding_id,)).fetchone()
     if row is None:
         raise not_found("role_binding", binding_id)
@@ -200,6 +200,7 @@ def delete_binding(conn: psycopg.Connection, actor: Principal, binding_id: UUID)
     conn.execute("DELETE FROM role_bindings WHERE id = %s", (binding_id,))
     audit.record(conn, actor, "iam.role_binding.delete", "role_binding", binding_id, before=row,
                  context={"tenant_id": row["tenant_id"], "project_id": row["project_id"]})
+    return row
 
 
 def revoke_token(conn: psycopg.Connection, actor: Principal, token_id: UUID, *, own: bool) -> dict:

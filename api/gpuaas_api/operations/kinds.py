@@ -126,6 +126,10 @@ KINDS: dict[str, Kind] = {k.name: k for k in (
     _running_kind("upgrade", (_LIFECYCLE,), 3600, request_check="upgrade_target", on_success=(Effect("upgraded"),)),
     _running_kind("rollback", (_LIFECYCLE,), 3600, request_check="rollback_target",
                   on_success=(Effect("rolled_back"),)),
+    # Applies the instance's access map (runtime identities, logins, accounts: access/service.py) after a role
+    # binding, a service account or a user's SSH keys changed. The platform queues it; a caller holding
+    # apps.instance.update may ask for one.
+    _running_kind("access_sync", (_LIFECYCLE,), 600),
     Kind("decommission", ("apps.instance.delete",), 1800,
          accept_states=frozenset({"running", "degraded", "failed", "stopping", "starting"}),
          run_states=frozenset({"running", "degraded", "failed", "stopping"}),  # stopping: a re-attempt

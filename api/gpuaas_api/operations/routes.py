@@ -120,6 +120,16 @@ def refresh(instance_id: UUID, request: Request, caller: Caller, db: DB, idempot
     return _accept(request, db, caller, instance_id, "refresh", None, idempotency_key)
 
 
+@api.post("/v1/instances/{instance_id}/access-sync", operation_id="instances_access_sync",
+          responses=errors.responses("quota_exceeded", "idempotency_key_reused", "instance_not_operable",
+                                     "instance_decommissioning", "action_not_supported", "operation_in_progress",
+                                     "no_playbook"), **ACCEPTED)
+def access_sync(instance_id: UUID, request: Request, caller: Caller, db: DB, idempotency_key: KeyHeader = None):
+    """Apply the instance's access map now (runtime identities, accounts, logins and SSH keys; docs/scheduler.md).
+    The platform queues one by itself whenever a role binding, a service account or an SSH key changes."""
+    return _accept(request, db, caller, instance_id, "access_sync", {"reason": "requested"}, idempotency_key)
+
+
 @api.post("/v1/instances/{instance_id}/members", operation_id="members_add",
           openapi_extra=docs.example({'role': 'compute',
                                       'allocation_id': '4d3c2b1a-0f9e-4d8c-b7a6-5f4e3d2c1b0a',

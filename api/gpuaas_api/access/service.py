@@ -1,0 +1,174 @@
+"""Runtime access (docs/scheduler.md): who may use an instance's runtime, as which runtime identity, charged to
+which account, and who may log in with which SSH keys. The platform computes this access map from its own
+records (role bindings, service accounts, users' keys) for every run of an app that declares `access`, and
+queues an access_sync run on each affected instance when a record changes, so the runtime follows the
+platform: associations in the scheduler enforce what the API enforces.
+
+A principal's runtime identity (Unix user name and uid) is created the first time it is needed and kept for
+good, so a uid never changes hands and a job's owner on any cluster names one principal."""
+
+from __future__ import annotations
+
+import base64
+import hashlib
+import logging
+import re
+from uuid import UUID
+
+import psycopg
+
+from ..catalog.adapter import AdapterSpec, stored_spec
+from ..catalog.service import get_version_by_id
+from ..config import OperationSettings
+from ..errors import ApiError
+from ..iam.auth import Principal
+from ..iam.permissions import ROLES
+
+log = logging.getLogger(__name__)
+SUBMIT, LOGIN = "scheduler.queue.submit", "apps.instance.access"
+# An access_sync is queued for these instances: the others get the map with their next deploy.
+SYNCABLE = ("running", "degraded")
+_NOT_NAME = re.compile(r"[^a-z0-9]+")
+
+
+def _roles_with(permission: str) -> list[str]:
+    return [r.name for r in ROLES.values() if permission in r.permissions]
+
+
+def account_name(project: dict) -> str:
+    """The runtime account of a project: its name (unique in its tenant), shortened with an id suffix past 32
+    characters (Slurm lowercases account names; project names are lowercase already)."""
+    name = project["name"]
+    return name if len(name) <= 32 else f"{name[:23].rstrip('-')}-{project['id'].hex[:8]}"
+
+
+def _name_hint(kind: str, principal: dict) -> str:
+    if kind == "user":
+        base = _NOT_NAME.sub("", principal["email"].split("@")[0].lower())
+    else:
+        base = "sa-" + _NOT_NAME.sub("-", principal["name"].lower()).strip("-")
+    base = base if base[:1].isalpha() else f"u{base}"
+    return base[:20].rstrip("-")
+
+
+def identity(conn: psycopg.Connection, kind: str, principal_id: UUID) -> dict:
+    """The principal's runtime identity {name, uid}, created on first use: a readable name (the user's email
+    local part, or `sa-` and the service account's name) with a suffix of its id, unique on the platform."""
+    row = conn.execute("SELECT name, uid FROM runtime_identities WHERE principal_kind = %s AND principal_id = %s",
+                       (kind, principal_id)).fetchone()
+    if row:
+        return row
+    table = "users" if kind == "user" else "service_accounts"
+    principal = conn.execute(f"SELECT * FROM {table} WHERE id = %s", (principal_id,)).fetchone()  # noqa: S608
+    hint = _name_hint(kind, principal)
+    for suffix in (principal_id.hex[:4], principal_id.hex[:8], principal_id.hex[:12]):
+        row = conn.execute(
+            """INSERT INTO runtime_identities (principal_kind, principal_id, name) VALUES (%s, %s, %s)
+               ON CONFLICT DO NOTHING RETURNING name, uid""", (kind, principal_id, f"{hint}-{suffix}")).fetchone()
+        if row:
+            return row
+        # a concurrent request may have created this principal's identity
+        row = conn.execute("""SELECT name, uid FROM runtime_identities
+                               WHERE principal_kind = %s AND principal_id = %s""", (kind, principal_id)).fetchone()
+        if row:
+            return row
+    raise RuntimeError(f"no free runtime identity name for {kind} {principal_id}")
+
+
+def _holders(conn: psycopg.Connection, project: dict, permission: str) -> set[tuple[str, UUID]]:
+    """Live principals holding `permission` in the project (through a project or a tenant binding)."""
+    rows = conn.execute(
+        """SELECT DISTINCT b.principal_kind, b.principal_id FROM role_bindings b
+             LEFT JOIN users u ON b.principal_kind = 'user' AND u.id = b.principal_id
+             LEFT JOIN service_accounts s ON b.principal_kind = 'service_account' AND s.id = b.principal_id
+            WHERE b.role = ANY(%s)
+              AND ((b.scope_kind = 'project' AND b.project_id = %s) OR (b.scope_kind = 'tenant' AND b.tenant_id = %s))
+              AND NOT coalesce(u.disabled, s.disabled, true)""",
+        (_roles_with(permission), project["id"], project["tenant_id"])).fetchall()
+    return {(r["principal_kind"], r["principal_id"]) for r in rows}
+
+
+def access_map(conn: psycopg.Connection, instance: dict) -> dict:
+    """The instance's access map: its project's account, and one identity per principal of the project that
+    may submit jobs or log in; people who may log in carry their SSH keys."""
+    project = conn.execute("SELECT * FROM projects WHERE id = %s", (instance["project_id"],)).fetchone()
+    account = account_name(project)
+    login = {p for p in _holders(conn, project, LOGIN) if p[0] == "user"}
+    identities = []
+    for kind, principal_id in sorted(_holders(conn, project, SUBMIT) | login, key=lambda p: (p[0], str(p[1]))):
+        ident = identity(conn, kind, principal_id)
+        may_login = (kind, principal_id) in login
+        keys = [r["public_key"] for r in conn.execute(
+            "SELECT public_key FROM ssh_keys WHERE user_id = %s ORDER BY seq", (principal_id,))] if may_login else []
+        identities.append({"name": ident["name"], "uid": ident["uid"], "account": account,
+                           "principal": f"{kind}:{principal_id}", "login": may_login, "ssh_keys": keys})
+    return {"accounts": [{"name": account, "project_id": str(project["id"])}], "identities": identities}
+
+
+def declares_access(conn: psycopg.Connection, instance: dict) -> AdapterSpec | None:
+    spec = stored_spec(get_version_by_id(conn, instance["app_version_id"]))
+    return spec if spec.access else None
+
+
+def queue_sync(conn: psycopg.Connection, settings: OperationSettings, actor: Principal, *,
+               project_id: UUID | None = None, tenant_id: UUID | None = None, reason: str) -> list[UUID]:
+    """Queue an access_sync on every running instance of the project (or of the tenant) whose app declares
+    access, unless one is already queued (it computes the map when it starts, so it carries this change too).
+    Called in the transaction that made the change: the operation is queued only if the change commits."""
+    from ..operations import service as operations  # operations imports this module's callers
+
+    instances = conn.execute(
+        """SELECT * FROM app_instances WHERE deleted_at IS NULL AND status = ANY(%s)
+             AND (project_id = %s OR tenant_id = %s) ORDER BY seq""",
+        (list(SYNCABLE), project_id, tenant_id)).fetchall()
+    queued = []
+    for instance in instances:
+        if declares_access(conn, instance) is None:
+            continue
+        waiting = conn.execute("""SELECT 1 FROM operations WHERE instance_id = %s AND kind = 'access_sync'
+                                    AND status = 'queued'""", (instance["id"],)).fetchone()
+        if waiting:
+            continue
+        try:
+            with conn.transaction():  # savepoint: a refusal leaves the change itself in place
+                op = operations.accept(conn, settings, actor, instance["id"], "access_sync", {"reason": reason})
+        except ApiError as exc:  # going away (a decommission queued), or a full queue: its next run carries the map
+            log.info("access_sync not queued", extra={"instance_id": str(instance["id"]), "reason": exc.code})
+            continue
+        queued.append(op["id"])
+    if queued:
+        log.info("access_sync queued", extra={"reason": reason, "operations": [str(q) for q in queued]})
+    return queued
+
+
+def login_for(conn: psycopg.Connection, spec: AdapterSpec, instance: dict, caller: Principal) -> dict:
+    """The caller's login on the instance: runtime identity, account, the login hosts, and whether the hosts
+    already carry the platform's latest access map (no access_sync queued or running)."""
+    from ..executor.plan import SERVING, live_members
+
+    ident = identity(conn, caller.kind, caller.id)
+    project = conn.execute("SELECT * FROM projects WHERE id = %s", (instance["project_id"],)).fetchone()
+    hosts = [{"node_name": m["node_name"], "address": (m["host"] or {}).get("address", m["host_name"]),
+              "port": (m["host"] or {}).get("ssh_port", 22)}
+             for m in live_members(conn, instance["id"])
+             if m["role"] == spec.access.login_role and m["status"] in SERVING]
+    pending = conn.execute("""SELECT 1 FROM operations WHERE instance_id = %s AND kind = 'access_sync'
+                                AND status IN ('queued', 'running')""", (instance["id"],)).fetchone()
+    count = conn.execute("SELECT count(*) AS n FROM ssh_keys WHERE user_id = %s", (caller.id,)).fetchone()["n"]
+    return {"username": ident["name"], "uid": ident["uid"], "account": account_name(project), "login_hosts": hosts,
+            "ssh_keys": count, "synced": pending is None}
+
+
+def binding_changed(conn: psycopg.Connection, settings: OperationSettings, actor: Principal, binding: dict,
+                    action: str) -> None:
+    """A role binding was created or deleted: the instances of its project (or its tenant) follow."""
+    if binding["scope_kind"] != "platform":
+        queue_sync(conn, settings, actor, project_id=binding["project_id"],
+                   tenant_id=binding["tenant_id"] if binding["scope_kind"] == "tenant" else None,
+                   reason=f"{action} {binding['role']} for {binding['principal_kind']} {binding['principal_id']}")
+
+
+def fingerprint(public_key: str) -> str:
+    """OpenSSH's SHA256 fingerprint of a public key line."""
+    blob = base64.b64decode(public_key.split()[1])
+    return "SHA256:" + base64.b64encode(hashlib.sha256(blob).digest()).decode().rstrip("=")

@@ -1,0 +1,139 @@
+"""Jobs and nodes of an instance, through its scheduler gateway (gateway.py, docs/scheduler.md).
+
+Every call acts as the caller's runtime identity (access/service.py) and claims only the caller's project's
+account: the gateway shows and cancels only jobs of that account, and runs a submitted job as that identity,
+so the scheduler itself (Slurm's associations) refuses what the API refuses. The API checks the permission
+keys and the account first; the database transaction ends before the gateway is called, so a slow runtime
+holds no row. Submissions, cancels and node operations are audited with the job or node they touched."""
+
+from __future__ import annotations
+
+import base64
+import binascii
+from uuid import UUID
+
+import psycopg
+
+from ..access import service as access
+from ..audit import service as audit
+from ..config import OperationSettings
+from ..db import Database
+from ..errors import ApiError, conflict
+from ..iam.auth import Principal
+from ..instances import service as instances
+from . import gateway
+from .schemas import JobSubmit
+
+MAX_PAGE = 500
+
+
+def _open(conn: psycopg.Connection, settings: OperationSettings, caller: Principal, instance_id: UUID,
+          permission: str) -> tuple[dict, gateway.Gateway, str, dict]:
+    """The instance (after the permission check), its gateway, the project's account and the caller's claims."""
+    instance = instances.get_instance(conn, instance_id)
+    caller.require(permission, tenant_id=instance["tenant_id"], project_id=instance["project_id"])
+    gw = gateway.for_instance(conn, settings, instance)
+    project = conn.execute("SELECT * FROM projects WHERE id = %s", (instance["project_id"],)).fetchone()
+    account = access.account_name(project)
+    identity = access.identity(conn, caller.kind, caller.id)
+    claims = {"sub": identity["name"], "accounts": [account],
+              "node_operate": caller.permits("scheduler.node.operate", tenant_id=instance["tenant_id"],
+                                             project_id=instance["project_id"])}
+    return instance, gw, account, claims
+
+
+def _as_jobs(conn: psycopg.Connection, instance: dict, account: str, raw: list[dict]) -> list[dict]:
+    """The gateway's jobs with their platform owner and project."""
+    users = sorted({j.get("user") or "" for j in raw})
+    owners = {r["name"]: {"kind": r["principal_kind"], "id": r["principal_id"]} for r in conn.execute(
+        "SELECT name, principal_kind, principal_id FROM runtime_identities WHERE name = ANY(%s)", (users,))}
+    return [j | {"owner": owners.get(j.get("user")), "runtime_user": j.get("user") or "",
+                 "project_id": instance["project_id"] if j.get("account") == account else None} for j in raw]
+
+
+def _job_ref(instance: dict, job_id: str) -> str:
+    return f"{instance['id']}/{job_id}"
+
+
+def submit(db: Database, settings: OperationSettings, caller: Principal, instance_id: UUID, body: JobSubmit) -> dict:
+    with db.transaction() as conn:
+        instance, gw, account, claims = _open(conn, settings, caller, instance_id, "scheduler.queue.submit")
+        if body.account is not None and body.account != account:
+            raise ApiError(403, "account_not_allowed", f"jobs of this project are charged to account {account}; "
+                           f"you may not submit into {body.account}", {"account": account})
+    request = body.model_dump(mode="json") | {"account": account}
+    job = gw.call("POST", "/v1/jobs", claims, json=request)
+    with db.transaction() as conn:
+        (shown,) = _as_jobs(conn, instance, account, [job])
+        audit.record(conn, caller, "scheduler.job.submit", "job", _job_ref(instance, job["id"]),
+                     after={"id": job["id"], "name": job.get("name"), "account": account,
+                            "runtime_user": claims["sub"], "resources": job.get("resources")},
+                     context=audit.instance_context(instance))
+    return shown
+
+
+def list_jobs(db: Database, settings: OperationSettings, caller: Principal, instance_id: UUID, *,
+              state: str | None, mine: bool, cursor: str | None, limit: int) -> dict:
+    with db.transaction() as conn:
+        instance, gw, account, claims = _open(conn, settings, caller, instance_id, "scheduler.queue.read")
+    params = {"limit": min(limit, MAX_PAGE)} | ({"state": state} if state else {})
+    params |= ({"user": claims["sub"]} if mine else {}) | ({"before": _decode(cursor)} if cursor else {})
+    page = gw.call("GET", "/v1/jobs", claims, params=params)
+    with db.transaction() as conn:
+        items = _as_jobs(conn, instance, account, page.get("items") or [])
+    nxt = page.get("next")
+    return {"items": items, "next_cursor": base64.urlsafe_b64encode(f"j:{nxt}".encode()).decode() if nxt else None}
+
+
+def _decode(cursor: str) -> str:
+    try:
+        kind, _, value = base64.urlsafe_b64decode(cursor.encode()).decode().partition(":")
+    except (binascii.Error, UnicodeDecodeError):
+        kind, value = "", ""
+    if kind != "j" or not value:
+        raise ApiError(400, "invalid_cursor", "the cursor is not one this list returned")
+    return value
+
+
+def get_job(db: Database, settings: OperationSettings, caller: Principal, instance_id: UUID, job_id: str) -> dict:
+    with db.transaction() as conn:
+        instance, gw, account, claims = _open(conn, settings, caller, instance_id, "scheduler.queue.read")
+    job = gw.call("GET", f"/v1/jobs/{job_id}", claims)
+    with db.transaction() as conn:
+        return _as_jobs(conn, instance, account, [job])[0]
+
+
+def cancel_job(db: Database, settings: OperationSettings, caller: Principal, instance_id: UUID, job_id: str) -> dict:
+    with db.transaction() as conn:
+        instance, gw, account, claims = _open(conn, settings, caller, instance_id, "scheduler.queue.cancel")
+    job = gw.call("DELETE", f"/v1/jobs/{job_id}", claims)
+    with db.transaction() as conn:
+        (shown,) = _as_jobs(conn, instance, account, [job])
+        audit.record(conn, caller, "scheduler.job.cancel", "job", _job_ref(instance, job_id),
+                     after={"id": job_id, "state": job.get("state"), "runtime_user": job.get("user")},
+                     context=audit.instance_context(instance))
+    return shown
+
+
+def list_nodes(db: Database, settings: OperationSettings, caller: Principal, instance_id: UUID) -> dict:
+    with db.transaction() as conn:
+        _, gw, _, claims = _open(conn, settings, caller, instance_id, "scheduler.node.read")
+    return {"items": gw.call("GET", "/v1/nodes", claims).get("items") or []}
+
+
+def operate_node(db: Database, settings: OperationSettings, caller: Principal, instance_id: UUID, name: str,
+                 action: str, request: dict) -> dict:
+    """drain, resume or features: the node as it is afterwards; audited, and an event on the timeline."""
+    with db.transaction() as conn:
+        instance, gw, _, claims = _open(conn, settings, caller, instance_id, "scheduler.node.operate")
+        if action not in gw.spec.node_operations:
+            raise conflict("node_operation_not_supported", f"this instance's runtime has no node operation {action} "
+                           f"(it has: {', '.join(gw.spec.node_operations) or 'none'})", action=action)
+    node = gw.call("POST", f"/v1/nodes/{name}", claims, json={"action": action} | request)
+    with db.transaction() as conn:
+        payload = {"node": name, "action": action, "state": node.get("state"), "reason": node.get("reason"),
+                   "features": node.get("features"), "by": {"kind": caller.kind, "id": str(caller.id)}}
+        audit.record(conn, caller, f"scheduler.node.{action}", "node", f"{instance['id']}/{name}", after=payload,
+                     context=audit.instance_context(instance))
+        audit.append_event(conn, instance, f"scheduler.node.{action}", payload)
+    return node
