@@ -1,0 +1,378 @@
+"""The scheduler gateway's pure parts (roles/slurm_gateway/files/gpuaas_scheduler_gateway.py): token checks, Slurm's
+words as the protocol's, request validation and paging, and its HTTP layer's refusals (which answer before any
+Slurm command runs). The Slurm outputs below are real 22.05.8 output captured from the live_slurm cluster with
+the gateway's own formats. test_slurm_gateway_live.py drives it against real Slurm."""
+
+import base64
+import hashlib
+import hmac
+import http.client
+import importlib.util
+import json
+import threading
+import time
+from pathlib import Path
+
+import pytest
+
+PROGRAM = Path(__file__).resolve().parents[3] / "roles/slurm_gateway/files/gpuaas_scheduler_gateway.py"
+_spec = importlib.util.spec_from_file_location("gpuaas_scheduler_gateway", PROGRAM)
+gw = importlib.util.module_from_spec(_spec)
+_spec.loader.exec_module(gw)
+
+KEY = b"k" * 43
+AUD = "6c1f0000-instance"
+NOW = 1_800_000_000
+
+
+def b64(data):
+    return base64.urlsafe_b64encode(data).rstrip(b"=").decode()
+
+
+def make_token(key=KEY, header=None, **claims):
+    """An HS256 JWT as the platform signs it (claims override the defaults; None drops one)."""
+    body = {"iss": "gpuaas", "aud": AUD, "iat": NOW, "exp": NOW + 60, "sub": "alice-3f9a", "accounts": ["research"]}
+    body.update(claims)
+    body = {k: v for k, v in body.items() if v is not None}
+    head = b64(json.dumps(header or {"alg": "HS256", "typ": "JWT"}).encode())
+    payload = b64(json.dumps(body).encode())
+    signature = b64(hmac.new(key, f"{head}.{payload}".encode(), hashlib.sha256).digest())
+    return f"{head}.{payload}.{signature}"
+
+
+# ---- tokens ---------------------------------------------------------------------------------------------------
+
+
+def test_a_valid_token_gives_its_normalised_claims():
+    claims = gw.verify_token(make_token(accounts=["Research", "ops"], node_operate=True), KEY, AUD, NOW + 10)
+    assert claims == {"sub": "alice-3f9a", "accounts": ["research", "ops"], "node_operate": True}
+    platform_read = gw.verify_token(make_token(sub=None, accounts=None), KEY, AUD, NOW)
+    assert platform_read == {"sub": None, "accounts": [], "node_operate": False}
+    assert gw.verify_token(make_token(aud=["other", AUD]), KEY, AUD, NOW)["sub"] == "alice-3f9a"
+
+
+@pytest.mark.parametrize(
+    "token, now, why",
+    [
+        (make_token(key=b"another key"), NOW, "bad signature"),
+        (make_token(header={"alg": "none"}), NOW, "not HS256"),
+        (make_token(header={"alg": "HS512"}), NOW, "not HS256"),
+        (make_token().rsplit(".", 1)[0] + ".", NOW, "bad signature"),
+        (make_token().rsplit(".", 1)[0], NOW, "not a JWT"),
+        ("", NOW, "no token"),
+        ("a.b.c.d", NOW, "not a JWT"),
+        ("!!!.e30.x", NOW, "not base64url"),
+        (make_token(), NOW + 60 + gw.CLOCK_SKEW, "expired"),
+        (make_token(iat=NOW - 400, exp=NOW + 600), NOW, "not issued in the last 300 s"),
+        (make_token(iat=NOW + 120, exp=NOW + 180), NOW, "not issued in the last 300 s"),
+        (make_token(exp=None), NOW, "no exp"),
+        (make_token(exp="soon"), NOW, "no exp"),
+        (make_token(aud="another-instance"), NOW, "another instance"),
+        (make_token(aud=None), NOW, "another instance"),
+        (make_token(iss="someone"), NOW, "not issued by gpuaas"),
+        (make_token(sub="root; rm -rf /"), NOW, "sub"),
+        (make_token(accounts="research"), NOW, "accounts"),
+        (make_token(accounts=["re search"]), NOW, "accounts"),
+        (make_token(node_operate="yes"), NOW, "node_operate"),
+    ],
+)
+def test_tokens_the_gateway_refuses(token, now, why):
+    with pytest.raises(gw.TokenError, match=why):
+        gw.verify_token(token, KEY, AUD, now)
+
+
+def test_a_payload_changed_after_signing_is_refused():
+    head, payload, signature = make_token(accounts=["research"]).split(".")
+    forged = b64(json.dumps({**json.loads(base64.urlsafe_b64decode(payload + "==")), "accounts": ["ops"]}).encode())
+    with pytest.raises(gw.TokenError, match="bad signature"):
+        gw.verify_token(f"{head}.{forged}.{signature}", KEY, AUD, NOW)
+
+
+# ---- Slurm's words --------------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    "slurm, generic",
+    [("PENDING", "pending"), ("REQUEUE_HOLD", "pending"), ("RUNNING", "running"), ("COMPLETING", "running"),
+     ("CONFIGURING", "running"), ("SUSPENDED", "running"), ("COMPLETED", "succeeded"), ("CANCELLED", "cancelled"),
+     ("CANCELLED by 0", "cancelled"), ("FAILED", "failed"), ("TIMEOUT", "failed"), ("NODE_FAIL", "failed"),
+     ("OUT_OF_MEMORY", "failed"), ("PREEMPTED", "failed"), ("BOOT_FAIL", "failed"), ("DEADLINE", "failed")],
+)
+def test_job_states(slurm, generic):
+    assert gw.job_state(slurm) == generic
+
+
+@pytest.mark.parametrize(
+    "slurm, generic, runtime",
+    [("idle", "idle", "IDLE"), ("allocated", "allocated", "ALLOCATED"), ("mixed", "mixed", "MIXED"),
+     ("completing", "allocated", "COMPLETING"), ("idle+drain", "drained", "IDLE+DRAIN"),
+     ("allocated+drain", "draining", "ALLOCATED+DRAIN"), ("mixed+drain", "draining", "MIXED+DRAIN"),
+     ("down", "down", "DOWN"), ("down+drain", "down", "DOWN+DRAIN"), ("idle*", "down", "IDLE+NOT_RESPONDING"),
+     ("idle+not_responding", "down", "IDLE+NOT_RESPONDING"), ("unknown", "down", "UNKNOWN"),
+     ("drained", "drained", "DRAINED"), ("draining", "draining", "DRAINING")],
+)
+def test_node_states(slurm, generic, runtime):
+    assert gw.node_state(slurm) == (generic, runtime)
+
+
+def test_slurm_values():
+    assert [gw.time_limit_minutes(t) for t in ("1-00:00:00", "1:30:00", "5:00", "00:05:00", "0:30", "45",
+                                               "UNLIMITED", "Partition_Limit", "N/A")] == [
+        1440, 90, 5, 5, 1, 45, None, None, None]
+    assert [gw.memory_mb(m) for m in ("100M", "2G", "1000Mn", "0", "1T", "N/A")] == [100, 2048, 1000, None,
+                                                                                      1048576, None]
+    assert [gw.gpu_count(g) for g in ("gres:gpu:1", "gres:gpu:a100:2", "billing=2,cpu=2,gres/gpu=2,mem=2G",
+                                      "gpu:2", "gpu:a100:2(S:0-1),gpu:t4:1", "N/A", "cpu=1")] == [1, 2, 2, 2, 3, 0, 0]
+    # squeue's raw wait status and sacct's code:signal: 3 for exit 3, 128+15 for SIGTERM
+    assert [gw.exit_code(status=s) for s in ("0", "768", "15")] == [0, 3, 143]
+    assert [gw.exit_code(code_signal=s) for s in ("0:0", "3:0", "0:15")] == [0, 3, 143]
+
+
+# squeue -h -t all -O SQUEUE_FORMAT (a name holding the separator, a pending job, a finished one)
+SQUEUE = (
+    "3|PENDING|bob|other|2026-11-25T23:59:55|2026-11-26T23:59:56|2026-11-27T00:04:56|1||1|1|gres:gpu:1|N/A|100M|"
+    "5:00|gpu|0|Resources|wrap|\n"
+    "1|RUNNING|alice|acme|2026-11-25T23:59:55|2026-11-25T23:59:56|2026-11-26T23:59:56|1|gpu01|1|1|N/A|N/A|0|"
+    "1-00:00:00|gpu|0|None|a|b c|\n"
+    "7|COMPLETED|alice|acme|2026-11-26T00:05:33|2026-11-26T00:05:34|2026-11-26T00:06:04|1|gpu01|1|1|gres:gpu:1|N/A|"
+    "100M|5:00|debug|0|None|t1|\n"
+    "5|CANCELLED|alice|acme|2026-11-26T00:01:21|2026-11-26T00:01:32|2026-11-26T00:01:32|1||2|1|N/A|gres:gpu:2|2G|"
+    "1:30:00|debug|0|PartitionTimeLimit|wrap|\n"
+)
+# sacct -X -P -n -a --format=SACCT_FORMAT
+SACCT = (
+    "1|CANCELLED by 0|alice|acme|2026-11-25T23:59:55|2026-11-25T23:59:56|2026-11-26T00:01:32|1|gpu01|"
+    "billing=1,cpu=1,mem=1000M,node=1|1000M|1-00:00:00|gpu|0:15|None|a|b c\n"
+    "5|CANCELLED|alice|acme|2026-11-26T00:01:21|None|2026-11-26T00:01:32|1|None assigned|"
+    "billing=2,cpu=2,gres/gpu=2,mem=2G,node=1|2G|01:30:00|debug|0:0|PartitionTimeLimit|wrap\n"
+    "6|FAILED|alice|acme|2026-11-26T00:01:33|2026-11-26T00:01:35|2026-11-26T00:01:35|1|gpu01|"
+    "billing=1,cpu=1,mem=1000M,node=1|1000M|1-00:00:00|gpu|3:0|None|wrap\n"
+)
+
+
+def test_squeue_jobs():
+    pending, running, done, cancelled = gw.parse_squeue(SQUEUE)
+    assert pending == {
+        "id": "3", "name": "wrap", "state": "pending", "runtime_state": "PENDING", "user": "bob", "account": "other",
+        "submitted_at": "2026-11-25T23:59:55Z", "started_at": None, "ended_at": None,
+        "resources": {"nodes": 1, "tasks": 1, "cpus_per_task": 1, "gpus": 1, "memory_mb": 100,
+                      "time_limit_minutes": 5, "partition": "gpu"},
+        "exit_code": None, "reason": "Resources",
+    }
+    assert running["name"] == "a|b c" and running["state"] == "running" and running["reason"] is None
+    assert running["started_at"] == "2026-11-25T23:59:56Z" and running["ended_at"] is None
+    assert running["resources"]["memory_mb"] is None and running["resources"]["time_limit_minutes"] == 1440
+    assert done["state"] == "succeeded" and done["exit_code"] == 0 and done["ended_at"] == "2026-11-26T00:06:04Z"
+    # cancelled while it waited: it never started
+    assert cancelled["state"] == "cancelled" and cancelled["started_at"] is None
+    assert cancelled["resources"]["gpus"] == 2 and cancelled["resources"]["tasks"] == 2
+
+
+def test_sacct_jobs():
+    cancelled_running, cancelled_pending, failed = gw.parse_sacct(SACCT)
+    assert cancelled_running["name"] == "a|b c" and cancelled_running["runtime_state"] == "CANCELLED"
+    assert cancelled_running["state"] == "cancelled" and cancelled_running["exit_code"] == 143
+    assert cancelled_running["started_at"] == "2026-11-25T23:59:56Z"
+    assert cancelled_pending["started_at"] is None and cancelled_pending["resources"]["gpus"] == 2
+    assert failed["state"] == "failed" and failed["exit_code"] == 3
+    assert failed["resources"] == {"nodes": 1, "tasks": None, "cpus_per_task": None, "gpus": 0, "memory_mb": 1000,
+                                   "time_limit_minutes": 1440, "partition": "gpu"}
+
+
+def test_sinfo_nodes_merge_partitions():
+    output = ("gpu01|mixed+drain|2|1000|gpu:2|a100,test|gpu*|root(0)|gpuaas: disk check|\n"
+              "gpu01|mixed+drain|2|1000|gpu:2|a100,test|debug|root(0)|gpuaas: disk check|\n"
+              "gpu02|idle|64|512000|gpu:a100:8(S:0-1)|(null)|gpu*|Unknown|none|\n")
+    (one, two) = map(gw.public_node, gw.parse_sinfo(output))
+    assert one == {"name": "gpu01", "state": "draining", "runtime_state": "MIXED+DRAIN",
+                   "reason": "gpuaas: disk check", "cpus": 2, "memory_mb": 1000, "gpus": 2,
+                   "features": ["a100", "test"], "partitions": ["gpu", "debug"]}
+    assert two["state"] == "idle" and two["reason"] is None and two["gpus"] == 8 and two["features"] == []
+
+
+def entries_of(output):
+    return {int(v[0]): (gw.squeue_job, v, gw.job_state(v[gw.Q_STATE]), v[gw.Q_USER], v[gw.Q_ACCOUNT])
+            for v in gw.rows(output, len(gw.SQUEUE_NAMES), trailing=True)}
+
+
+def test_pages_are_newest_first_and_only_of_the_callers_accounts():
+    entries = entries_of(SQUEUE)
+    items, after = gw.select(entries, {"acme"}, None, None, None, 2)
+    assert [j["id"] for j in items] == ["7", "5"] and after == "5"
+    items, after = gw.select(entries, {"acme"}, None, None, 5, 2)
+    assert [j["id"] for j in items] == ["1"] and after is None
+    assert [j["id"] for j in gw.select(entries, {"acme", "other"}, {"pending"}, None, None, 50)[0]] == ["3"]
+    assert [j["id"] for j in gw.select(entries, {"acme", "other"}, None, "bob", None, 50)[0]] == ["3"]
+    assert gw.select(entries, {"nobody"}, None, None, None, 50) == ([], None)
+
+
+# ---- requests -------------------------------------------------------------------------------------------------
+
+SCRIPT = "#!/bin/bash\nsrun hostname\n"
+
+
+def test_a_submission_becomes_sbatch_options():
+    body = {"name": "train", "script": SCRIPT, "account": "Research", "working_directory": "/home/alice-3f9a/run",
+            "resources": {"nodes": 2, "tasks": 4, "cpus_per_task": 8, "gpus": 2, "memory_mb": 4096,
+                          "time_limit_minutes": 90, "partition": "gpu"}}
+    account, options, script, directory = gw.submission(body, ["research"])
+    assert account == "Research" and script == SCRIPT and directory == "/home/alice-3f9a/run"
+    assert options == ["--account=Research", "--job-name=train", "--nodes=2", "--ntasks=4", "--cpus-per-task=8",
+                       "--gres=gpu:2", "--mem=4096M", "--time=90", "--partition=gpu"]
+    minimal = gw.submission({"name": "t", "script": SCRIPT, "account": "research", "resources": {"gpus": 0}},
+                            ["research"])
+    assert minimal == ("research", ["--account=research", "--job-name=t"], SCRIPT, None)
+
+
+@pytest.mark.parametrize(
+    "change, message",
+    [
+        ({"name": "--wrap=id"}, "name"),
+        ({"name": ""}, "name"),
+        ({"name": "a" * 129}, "name"),
+        ({"script": "echo hi"}, "script"),
+        ({"script": "#!/bin/sh\n" + "x" * 65536}, "64 KiB"),
+        ({"script": 7}, "script"),
+        ({"account": "a,b"}, "account"),
+        ({"resources": {"nodes": 0}}, "resources.nodes"),
+        ({"resources": {"nodes": True}}, "resources.nodes"),
+        ({"resources": {"tasks": "4"}}, "resources.tasks"),
+        ({"resources": {"gpus": -1}}, "resources.gpus"),
+        ({"resources": {"memory_mb": 1.5}}, "resources.memory_mb"),
+        ({"resources": {"time_limit_minutes": 10**9}}, "resources.time_limit_minutes"),
+        ({"resources": {"partition": "gpu,debug"}}, "partition"),
+        ({"resources": {"qos": "high"}}, "unknown resource: qos"),
+        ({"resources": []}, "resources"),
+        ({"working_directory": "relative/dir"}, "working_directory"),
+        ({"working_directory": "/tmp/a\nb"}, "working_directory"),
+        ({"extra": 1}, "unknown field: extra"),
+    ],
+)
+def test_submissions_the_gateway_refuses(change, message):
+    body = {"name": "train", "script": SCRIPT, "account": "research", **change}
+    with pytest.raises(gw.ApiError, match=message) as refused:
+        gw.submission(body, ["research"])
+    assert refused.value.status == 400 and refused.value.code == "bad_request"
+
+
+def test_an_account_outside_the_claims_is_forbidden():
+    with pytest.raises(gw.ApiError) as refused:
+        gw.submission({"name": "t", "script": SCRIPT, "account": "ops"}, ["research"])
+    assert refused.value.status == 403
+
+
+def test_list_queries():
+    assert gw.list_query("") == (None, None, 50, None)
+    assert gw.list_query("state=failed,succeeded&user=alice-3f9a&limit=500&before=4711") == (
+        {"failed", "succeeded"}, "alice-3f9a", 500, 4711)
+    for bad in ("state=done", "limit=0", "limit=501", "limit=x", "before=12a", "user=Alice", "page=2",
+                "limit=1&limit=2"):
+        with pytest.raises(gw.ApiError) as refused:
+            gw.list_query(bad)
+        assert refused.value.status == 400, bad
+
+
+def test_node_operation_values():
+    assert gw.drain_reason("disk check", "gpuaas:") == "gpuaas: disk check"
+    assert gw.drain_reason("gpuaas: disk check", "gpuaas:") == "gpuaas: disk check"
+    assert gw.drain_reason(None, "gpuaas:").startswith("gpuaas: ")
+    assert gw.feature_list(["a100", "nvlink", "a100"]) == ["a100", "nvlink"]
+    assert gw.feature_list([]) == []
+    for bad_reason in ("", "   ", "two\nlines", "x" * 257, 5):
+        with pytest.raises(gw.ApiError):
+            gw.drain_reason(bad_reason, "gpuaas:")
+    for bad_features in ("a100", ["a,b"], ["a100&b"], [1], ["x"] * 65):
+        with pytest.raises(gw.ApiError):
+            gw.feature_list(bad_features)
+
+
+def test_slurm_refusal_words():
+    stderr = ("sbatch: error: Batch job submission failed: Invalid account or account/partition combination "
+              "specified\n")
+    assert gw.refusal_message(stderr) == ("Batch job submission failed: Invalid account or account/partition "
+                                          "combination specified")
+
+
+# ---- HTTP: what answers before any Slurm command runs -----------------------------------------------------------
+
+
+@pytest.fixture(scope="module")
+def server():
+    """The gateway's own HTTP server on a loopback port of this machine (no Slurm here: only refusals are asked)."""
+    srv = gw.make_server({"instance_id": AUD, "listen": "127.0.0.1", "port": 0}, KEY)
+    thread = threading.Thread(target=srv.serve_forever, daemon=True)
+    thread.start()
+    yield srv.server_address[1]
+    srv.shutdown()
+    srv.server_close()
+
+
+def call(port, method, path, token=None, body=None, headers=None):
+    conn = http.client.HTTPConnection("127.0.0.1", port, timeout=10)
+    try:
+        sent = dict(headers or {})
+        if token:
+            sent["Authorization"] = f"Bearer {token}"
+        conn.request(method, path, body=body, headers=sent)
+        response = conn.getresponse()
+        return response.status, json.loads(response.read() or b"null")
+    finally:
+        conn.close()
+
+
+def fresh_token(**claims):
+    now = int(time.time())
+    return make_token(iat=now, exp=now + 60, **claims)
+
+
+def test_every_refusal_answers_the_error_shape(server, capfd):
+    token = fresh_token()
+    cases = [
+        (("GET", "/v1/jobs"), 401),
+        (("GET", "/v1/jobs", "not-a-token"), 401),
+        (("GET", "/v1/jobs", make_token()), 401),  # not issued in the last 300 s
+        (("GET", "/v1/nowhere", token), 404),
+        (("GET", "/v2/jobs", token), 404),
+        (("PUT", "/v1/jobs", token), 405),
+        (("GET", "/v1/jobs?limit=0", token), 400),
+        (("POST", "/v1/jobs", token, "{not json"), 400),
+        (("POST", "/v1/jobs", token, json.dumps({"name": "x", "script": "no shebang", "account": "research"})), 400),
+        (("POST", "/v1/jobs", fresh_token(sub=None), json.dumps({"name": "x"})), 403),
+        (("POST", "/v1/jobs", token, json.dumps({"name": "x", "script": SCRIPT, "account": "ops"})), 403),
+        (("POST", "/v1/nodes/gpu01", token, json.dumps({"action": "drain"})), 403),
+        (("POST", "/v1/nodes/gpu01", fresh_token(node_operate=True), json.dumps({"action": "reboot"})), 400),
+        (("GET", "/v1/jobs/4711x", token), 404),
+    ]
+    for args, status in cases:
+        got, document = call(server, *args)
+        assert got == status, (args[:2], document)
+        assert set(document) == {"error"} and set(document["error"]) == {"code", "message"}, document
+    # one line per request, never the token
+    log = capfd.readouterr().err
+    assert "GET /v1/jobs 401" in log and "sub=alice-3f9a" in log
+    assert token not in log and token.split(".")[2] not in log
+
+
+def test_a_body_too_large_is_refused_before_it_is_read(server):
+    conn = http.client.HTTPConnection("127.0.0.1", server, timeout=10)
+    try:
+        conn.putrequest("POST", "/v1/jobs")
+        conn.putheader("Authorization", f"Bearer {fresh_token()}")
+        conn.putheader("Content-Length", str(gw.BODY_MAX_BYTES + 1))
+        conn.endheaders()
+        response = conn.getresponse()
+        assert response.status == 413 and "error" in json.loads(response.read())
+    finally:
+        conn.close()
+
+
+def test_a_request_http_server_cannot_parse_answers_json(server):
+    conn = http.client.HTTPConnection("127.0.0.1", server, timeout=10)
+    try:
+        conn.putrequest("BREW", "/v1/jobs")
+        conn.endheaders()
+        response = conn.getresponse()
+        assert response.status in (405, 501)
+        assert "error" in json.loads(response.read())
+    finally:
+        conn.close()
