@@ -29,6 +29,15 @@ def test_cli_discovers_subcommand_modules():
     assert {"serve", "db", "admin"} <= set(choices)
 
 
+def test_the_client_commands_of_jobs_nodes_keys_and_logins_are_registered():
+    parser = build_parser()
+    assert {"jobs", "nodes", "keys"} <= set(parser._subparsers._group_actions[0].choices)
+    for argv, module in ((["jobs", "list", "hpc"], "jobs"), (["nodes", "drain", "hpc", "n1", "--reason", "r"], "nodes"),
+                         (["keys", "list"], "keys"), (["instances", "access", "hpc"], "instances"),
+                         (["instances", "access-sync", "hpc"], "instances")):
+        assert parser.parse_args(argv).func.__module__ == f"gpuaas_api.commands.{module}", argv
+
+
 def test_db_upgrade_and_bootstrap(pg_uri, tmp_path):
     from psycopg.conninfo import make_conninfo
 

@@ -6,6 +6,7 @@ from __future__ import annotations
 import argparse
 import functools
 import logging
+import re
 import sys
 from collections.abc import Callable
 from typing import TYPE_CHECKING
@@ -20,6 +21,17 @@ if TYPE_CHECKING:
 
 EXIT_ERROR = 1
 EXIT_INTERRUPTED = 130
+
+
+RUNTIME_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,63}")
+
+
+def runtime_name(value: str) -> str:
+    """argparse type for a name the runtime gives (a job id, a node name): as the service takes them, so that it
+    is one path segment of the request."""
+    if not RUNTIME_NAME.fullmatch(value):
+        raise argparse.ArgumentTypeError(f"{value!r} is not a job id or node name (letters, digits, . _ -, up to 64)")
+    return value
 
 
 def output_option(parser: argparse.ArgumentParser) -> None:

@@ -92,6 +92,10 @@ class Client:
         headers = {"Idempotency-Key": idempotency_key} if idempotency_key else None
         return self.request("POST", path, json_body=body, headers=headers, retry=idempotency_key is not None)
 
+    def delete(self, path: str) -> Any:
+        # Not retried: a delete repeated after a lost answer would be refused as not found.
+        return self.request("DELETE", path, retry=False)
+
     def pages(self, path: str, **params) -> Iterator[dict]:
         """Every item of a keyset-paginated list, page after page."""
         cursor, limit = None, params.pop("limit", PAGE_LIMIT)

@@ -1,5 +1,5 @@
-"""Names to ids, through the public API only: projects, instances, members and allocations may be
-named by id or by name, operations by id; and every id by any unique prefix of it (as git and podman
+"""Names to ids, through the public API only: projects, instances, members, allocations and SSH keys
+may be named by id or by name, operations by id; and every id by any unique prefix of it (as git and podman
 take them), so the short ids people copy from the output work. A full id is used as is; a prefix
 is looked up in the lists the token may read, after the names. A name or prefix that matches
 nothing, or more than one thing, is a ClientError that says which."""
@@ -156,3 +156,12 @@ def allocation(client: Client, project_id: str, ref: str) -> str:
         raise ClientError(f"no allocation named {ref}{_or_prefix(ref)} in project {project_id}" if not matches else
                           f"several allocations are named {ref}; pass an id")
     return matches[0]["id"]
+
+
+def ssh_key(client: Client, ref: str) -> dict:
+    """One of the caller's SSH keys, by id, by name or by id prefix."""
+    keys = client.get("/v1/me/ssh-keys")["items"]
+    matches = [k for k in keys if k["id"] == ref] or named("SSH key", ref, keys, lambda k: k["name"] == ref)
+    if not matches:
+        raise ClientError(f"you have no SSH key named {ref}{_or_prefix(ref)}")
+    return matches[0]

@@ -43,6 +43,12 @@ def word(value: Any) -> str:
     return json.dumps(text) if not text or any(c.isspace() or c in "\"=" for c in text) else text
 
 
+def runtime_word(state: str, runtime_state: str | None) -> str:
+    """A job's or node's state with the runtime's own word for it where that says more: `drained (IDLE+DRAIN)`,
+    but `pending`, not `pending (PENDING)`."""
+    return state + (f" ({runtime_state})" if runtime_state and runtime_state.lower() != state else "")
+
+
 def read_line(runtime: dict) -> str:
     """What the last health check read of a member, on one line: its reason, then the app's details as
     key=value (by key; empty ones left out, and a detail `reason` that only repeats the reason)."""

@@ -1,4 +1,5 @@
-"""`gpuaas instances list|show|credential`: a tenant's app instances, through the public API."""
+"""`gpuaas instances list|show|credential|access|access-sync`: a tenant's app instances, through the public
+API."""
 
 from __future__ import annotations
 
@@ -8,11 +9,20 @@ import sys
 import tempfile
 from pathlib import Path
 
-from ..client.cli import command, json_output, output_option, project_option, project_ref
+from ..client.cli import (
+    command,
+    json_output,
+    operation_options,
+    output_option,
+    project_option,
+    project_ref,
+    run_operation,
+)
 
 
 def register(sub: argparse._SubParsersAction) -> None:
-    p = sub.add_parser("instances", help="app instances: list them, show one with its members")
+    p = sub.add_parser("instances", help="app instances: list them, show one with its members, fetch a "
+                                         "credential, log in")
     isub = p.add_subparsers(dest="instances_command", metavar="ACTION", required=True)
     ls = isub.add_parser("list", help="the instances of a project (default: of every project the token may read)")
     project_option(ls)
@@ -35,6 +45,17 @@ def register(sub: argparse._SubParsersAction) -> None:
     cred.add_argument("--force", action="store_true", help="replace FILE when it exists")
     project_option(cred)
     cred.set_defaults(func=fetch_credential)
+    access = isub.add_parser("access", help="how you log in to the instance: one `ssh USER@HOST` line per login "
+                                            "host (your keys: `gpuaas keys`)")
+    access.add_argument("instance", metavar="ID|NAME")
+    project_option(access)
+    output_option(access)
+    access.set_defaults(func=show_access)
+    sync = isub.add_parser("access-sync", help="apply the instance's access map now (runtime users, accounts, "
+                                               "logins, SSH keys) and follow the run to its end")
+    sync.add_argument("instance", metavar="ID|NAME")
+    operation_options(sync)
+    sync.set_defaults(func=sync_access)
 
 
 def roles(instance: dict, by_status: bool = False) -> str:
@@ -148,6 +169,45 @@ def fetch_credential(args, client) -> int:
     print(f"{path}: {issued['media_type']}, credential {issued['name']} of {instance['name']} from "
           f"{issued['node_name']} (mode 0600)")
     return 0
+
+
+def ssh_lines(access: dict) -> list[str]:
+    """One ssh command per login host (`-p PORT` where the port is not 22)."""
+    def port(host: dict) -> str:
+        return "" if host.get("port", 22) == 22 else f"-p {host['port']} "
+    return [f"ssh {port(h)}{access['username']}@{h['address']}" for h in access["login_hosts"]]
+
+
+@command
+def show_access(args, client) -> int:
+    from ..client import lookup
+    from ..client.render import dump
+
+    instance = lookup.instance(client, args.instance, project_ref(args))
+    access = client.get(f"/v1/instances/{instance['id']}/access")
+    if json_output(args):
+        dump(access)
+        return 0
+    print("\n".join(ssh_lines(access)))
+    # Notes on stderr: stdout stays the ssh lines alone, for scripts.
+    notes = [f"you are {access['username']} (uid {access['uid']}), charged to account {access['account']}"]
+    if not access["login_hosts"]:
+        notes.append(f"no login host of {instance['name']} serves now")
+    if not access["ssh_keys"]:
+        notes.append("you have no SSH key registered: gpuaas keys add NAME FILE")
+    if not access["synced"]:
+        notes.append(f"an access sync of {instance['name']} is queued or running: your login is there once it ends")
+    for note in notes:
+        print(f"gpuaas: {note}", file=sys.stderr)
+    return 0
+
+
+@command
+def sync_access(args, client) -> int:
+    from ..client import lookup
+
+    instance = lookup.instance(client, args.instance, project_ref(args))
+    return run_operation(args, client, f"/v1/instances/{instance['id']}/access-sync")
 
 
 def write_private(path: Path, content: str, *, replace: bool) -> None:
