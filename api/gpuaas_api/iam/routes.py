@@ -241,8 +241,10 @@ def revoke_token(token_id: UUID, caller: Caller, db: DB):
 @api.post("/v1/projects/{project_id}/service-accounts", operation_id="service_accounts_create",
           openapi_extra=docs.example({'name': 'ci', 'description': 'deploys from CI', 'roles': ['sa_operator']}),
           response_model=ServiceAccount, status_code=201)
-def create_service_account(project_id: UUID, body: ServiceAccountCreate, caller: Caller, db: DB):
-    """Create a service account in a project, for automation (CI, AWX)."""
+def create_service_account(project_id: UUID, body: ServiceAccountCreate, caller: Caller, db: DB,
+                           settings: RunSettings):
+    """Create a service account in a project, for automation (CI, AWX). With a role that submits jobs it gets a
+    runtime identity on the project's running instances (an access_sync is queued)."""
     with db.transaction() as conn:
         project = service.get_project(conn, project_id)
         caller.require("iam.service_account.create", tenant_id=project["tenant_id"], project_id=project_id)
@@ -255,6 +257,7 @@ def create_service_account(project_id: UUID, body: ServiceAccountCreate, caller:
                      context={"tenant_id": project["tenant_id"], "project_id": project_id})
         for role in dict.fromkeys(body.roles):
             service.create_binding(conn, caller, "service_account", row["id"], role, None, project_id)
+        access.queue_sync(conn, settings, caller, project_id=project_id, reason=f"service account {row['id']} created")
     return row
 
 
