@@ -12,6 +12,7 @@ import re
 
 import pytest
 from api.conftest import shared  # noqa: F401 - the module-scoped world on its own database
+from api.test_authz_matrix import ssh_public_key
 from api.world import ACTORS, create_instance
 from gpuaas_api import db as dbmod
 from gpuaas_api.app import create_app
@@ -19,7 +20,7 @@ from gpuaas_api.app import create_app
 _seq = itertools.count()
 # Path parameters that name something a tenant owns; catalog parameters (slug, version) do not.
 SCOPED_PARAMS = {"tenant_id", "project_id", "user_id", "token_id", "sa_id", "binding_id", "instance_id",
-                 "member_id", "operation_id", "allocation_id", "overlay_id"}
+                 "member_id", "operation_id", "allocation_id", "overlay_id", "key_id"}
 # Routes that take the tenant's ids in the query or body instead of the path.
 SCOPED_ROUTES = {("POST", "/v1/role-bindings"), ("GET", "/v1/role-bindings"), ("POST", "/v1/policy/overlays"),
                  ("GET", "/v1/policy/overlays"), ("GET", "/v1/audit"), ("POST", "/v1/allocations")}
@@ -91,11 +92,12 @@ def _targets(w, database, side: str) -> tuple[dict, set[str]]:
     with database.transaction() as conn:
         token = conn.execute("SELECT id FROM api_tokens WHERE principal_id = %s LIMIT 1", (user,)).fetchone()["id"]
     version = w.call(pa, "GET", "/v1/catalog/apps/slurm/versions/1.0.0", 200).json()
+    key = w.call(admin, "POST", "/v1/me/ssh-keys", 201, json={"name": f"{side}-key", "public_key": ssh_public_key()})
     t = {"tenant_id": w.ids[tenant], "project_id": w.ids[project], "user_id": user, "token_id": token, "sa_id": sa,
          "binding_id": binding, "instance_id": instance, "member_id": member, "operation_id": operation,
          "allocation_id": w.ids[alloc], "overlay_id": overlay, "slug": "slurm", "app_slug": "slurm",
          "version": "1.0.0", "version_id": version["id"], "artifact_id": version["artifact_id"],
-         "digest": "sha256:" + "ab" * 32, "name": "admin"}
+         "digest": "sha256:" + "ab" * 32, "name": "admin", "job_id": "4711", "key_id": key.json()["id"]}
     secrets = {str(t[k]) for k in SCOPED_PARAMS if k != "tenant_id" or side == "tenant"}
     for path in (f"/v1/instances/{instance}", f"/v1/users/{user}"):
         body = w.call(pa if "users" in path else admin, "GET", path, 200).json()
