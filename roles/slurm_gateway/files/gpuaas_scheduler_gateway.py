@@ -37,6 +37,8 @@ TOKEN_MAX_LENGTH = 8192
 BODY_MAX_BYTES = 256 * 1024  # a 64 KiB script, JSON-escaped
 SCRIPT_MAX_BYTES = 64 * 1024
 COMMAND_TIMEOUT = 30
+CANCEL_SETTLE = 2.0  # seconds a cancel waits for a running job to leave COMPLETING
+RESUME_SETTLE = 5.0  # seconds a resume waits for slurmctld to hear from the node again
 LIMIT_DEFAULT, LIMIT_MAX = 50, 500
 ACCOUNTING_WINDOW = "now-7days"
 
@@ -626,7 +628,13 @@ class Gateway:
         proc = self.run(["scancel", job_id])
         if proc.returncode != 0 and "already completing or completed" not in proc.stderr:
             raise ApiError(502, "scheduler_refused", refusal_message(proc.stderr or proc.stdout))
-        return 202, self.find_job(job_id, claims)
+        # A running job shows COMPLETING until its processes are gone (milliseconds, usually), then CANCELLED.
+        deadline = time.monotonic() + CANCEL_SETTLE
+        job = self.find_job(job_id, claims)
+        while job["runtime_state"] == "COMPLETING" and time.monotonic() < deadline:
+            time.sleep(0.05)
+            job = self.find_job(job_id, claims)
+        return 202, job
 
     # -- nodes --
     def nodes(self, name=None):
@@ -672,7 +680,13 @@ class Gateway:
         else:
             features = ",".join(feature_list(body.get("features")))
             self.checked(update + ["AvailableFeatures=" + features, "ActiveFeatures=" + features])
-        return 200, public_node(self.node(name))
+        node = self.node(name)
+        # slurmctld marks a node it resumes not responding until the node answers its ping (about a second).
+        deadline = time.monotonic() + RESUME_SETTLE
+        while action == "resume" and "NOT_RESPONDING" in node["runtime_state"] and time.monotonic() < deadline:
+            time.sleep(0.1)
+            node = self.node(name)
+        return 200, public_node(node)
 
     def health(self):
         version = self.checked(["sinfo", "--version"]).split()
