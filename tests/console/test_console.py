@@ -18,6 +18,8 @@ from gpuaas_api.console import CSP, FILES, STATIC
 from operations.helpers import events, make_instance, wait_for, wait_op
 from playwright.sync_api import expect
 
+from .scheduler_world import scheduled_instance
+
 SA = "service_account"
 # Tenant strings that would run script if the page parsed them as HTML. The instance name cannot come
 # through the API (names are DNS labels); it is set in the database, as a hostile name from an older
@@ -429,9 +431,132 @@ def test_the_console_is_static_same_origin_and_not_in_the_schema():
     # Nothing in the page parses strings as HTML or code: every string is set as text (dom.js).
     sources = {name: (STATIC / name).read_text() for name in FILES}
     assert set(sources) == {"index.html", "console.css", "api.js", "console.js", "dom.js", "progress.js", "timeline.js",
-                            "favicon.svg"}
+                            "scheduler.js", "favicon.svg"}
     for name, text in sources.items():
         for sink in ("innerHTML", "outerHTML", "insertAdjacentHTML", "document.write", "eval(", "new Function",
                      "style=", "<script>"):
             assert sink not in text, (name, sink)
     assert Path(str(STATIC / "index.html")).read_text().count("<script") == 1
+
+
+def job_rows(page) -> list[str]:
+    return rows(page, "table.jobs tbody tr", "data-job")
+
+
+def test_the_jobs_and_nodes_panels_offer_each_action_only_to_a_token_that_holds_it(ops, console):
+    """An instance served by the toy scheduler (tests/console/scheduler_world.py): a project member sees the
+    project's jobs and may cancel them, and sees the nodes without Drain or Resume; the project admin drains (after
+    a confirmation with a reason) and resumes nodes. What the service refuses shows as its refusal."""
+    page = console.page
+    with scheduled_instance(ops, "hpc") as (instance, toy, _):
+        iid = instance["id"]
+        script = "#!/bin/sh\nsrun hostname\n"
+        submit = [ops.w.call(actor, "POST", f"/v1/instances/{iid}/jobs", 201, json={"name": name, "script": script})
+                  .json() for actor, name in (("project_member", "train"), ("project_admin", "eval"),
+                                              ("project_member", "done"))]
+        train, evaluation, done = submit
+        ops.w.call("project_admin", "POST", f"/v1/instances/{iid}/jobs/{done['id']}/cancel", 202)
+        # A reason is the tenant's text: it reaches the page as text.
+        ops.w.call("project_admin", "POST", f"/v1/instances/{iid}/nodes/n2/drain", 200,
+                   json={"reason": HOSTILE_NAME})
+        member_user = train["runtime_user"]
+
+        console.open(ops.w.tokens["project_member"], f"#/instances/{iid}")
+        expect(page.locator("table.jobs tbody tr")).to_have_count(3)
+        assert job_rows(page) == [done["id"], evaluation["id"], train["id"]]  # newest first
+        mine = page.locator(f'table.jobs tr[data-job="{train["id"]}"]')
+        expect(mine.locator("td.name")).to_have_text("train")
+        expect(mine.locator("td.state .status")).to_have_text("pending")
+        expect(mine.locator("td.owner")).to_have_text(f"{member_user} (you)")
+        expect(mine.locator("td.account")).to_have_text("project-a1")
+        expect(mine.locator("td.submitted")).to_have_text("2026-11-25 10:00:00Z")
+        ended = page.locator(f'table.jobs tr[data-job="{done["id"]}"]')
+        expect(ended.locator("td.state .status")).to_have_text("cancelled")
+        expect(ended.locator("td.ended")).to_have_text("2026-11-25 10:01:00Z")
+        expect(page.locator(f'table.jobs tr[data-job="{evaluation["id"]}"] td.owner')).to_have_text(
+            evaluation["runtime_user"])
+        # Cancel where a job can still be cancelled; a member holds scheduler.queue.cancel.
+        expect(page.locator("table.jobs button.cancel")).to_have_count(2)
+        expect(ended.locator("button")).to_have_count(0)
+        # Nodes: read, not operated (no scheduler.node.operate): no button, no column for them.
+        expect(page.locator("table.nodes tbody tr")).to_have_count(2)
+        expect(page.locator("table.nodes thead th")).to_have_text(["Name", "State", "Reason", "CPUs", "GPUs",
+                                                                   "Features"])
+        expect(page.locator("table.nodes button")).to_have_count(0)
+        n2 = page.locator('table.nodes tr[data-node="n2"]')
+        expect(n2.locator("td.state .status")).to_have_text("drained")
+        expect(n2.locator("td.reason")).to_have_text(f"gpuaas: {HOSTILE_NAME}")
+        expect(page.locator('table.nodes tr[data-node="n1"] td.gpus')).to_have_text("1")
+        no_markup_injected(page)
+        console.shot("8-jobs-member")
+
+        # Keep puts the button back and sends nothing; confirmed, the cancel reaches the scheduler.
+        theirs = page.locator(f'table.jobs tr[data-job="{evaluation["id"]}"]')
+        theirs.locator("button.cancel").click()
+        expect(theirs.locator("form.confirm .question")).to_have_text(f"Cancel job {evaluation['id']} (eval)?")
+        theirs.locator("button.keep").click()
+        expect(theirs.locator("button.cancel")).to_be_visible()
+        assert toy.jobs[int(evaluation["id"])]["state"] == "pending"
+        mine.locator("button.cancel").click()
+        mine.locator("form.confirm button[type=submit]").click()
+        expect(mine.locator("td.state .status")).to_have_text("cancelled")
+        expect(mine.locator("button")).to_have_count(0)
+        assert toy.jobs[int(train["id"])]["state"] == "cancelled"
+        assert console.errors == []
+
+        # The project admin operates nodes: Drain where the node schedules, Resume where it is drained.
+        page.click("#forget")
+        console.open(ops.w.tokens["project_admin"], f"#/instances/{iid}")
+        n1 = page.locator('table.nodes tr[data-node="n1"]')
+        expect(n1.locator("button.drain")).to_be_visible()
+        expect(n2.locator("button.resume")).to_be_visible()
+        # A drain asks first, with a reason: without one the form does not go.
+        n1.locator("button.drain").click()
+        expect(n1.locator("form.confirm .question")).to_have_text(
+            "Drain n1? Its running jobs finish; no new job starts on it.")
+        n1.locator("form.confirm button[type=submit]").click()
+        assert toy.nodes["n1"]["state"] == "idle"
+        # A reason the service refuses (printable ASCII only): its refusal above the table, the node as it was.
+        n1.locator("input[name=reason]").fill("défaut mémoire")
+        n1.locator("form.confirm button[type=submit]").click()
+        refusal = page.locator(".scheduler.nodes .action-refusal .refusal")
+        expect(refusal.locator(".code")).to_have_text("validation_error")
+        expect(refusal.locator("h2")).to_have_text("The service refused the drain of n1")
+        expect(n1.locator("td.state .status")).to_have_text("idle")
+        n1.locator("button.drain").click()
+        n1.locator("input[name=reason]").fill("bad DIMM")
+        n1.locator("form.confirm button[type=submit]").click()
+        expect(n1.locator("td.state .status")).to_have_text("drained")
+        expect(n1.locator("td.reason")).to_have_text("gpuaas: bad DIMM")
+        expect(n1.locator("button.resume")).to_be_visible()
+        expect(refusal).to_have_count(0)
+        assert toy.nodes["n1"]["reason"] == "gpuaas: bad DIMM"
+        n2.locator("button.resume").click()
+        expect(n2.locator("td.state .status")).to_have_text("idle")
+        expect(n2.locator("button.drain")).to_be_visible()
+        assert toy.nodes["n2"]["state"] == "idle"
+        no_markup_injected(page)
+        console.shot("9-nodes-admin")
+        assert console.errors == []
+
+
+def test_the_jobs_and_nodes_panels_say_when_the_instance_serves_none(ops, console):
+    page = console.page
+    created, _ = make_instance(ops, "fresh", workers=1)
+    # The world's Slurm version, stripped of its scheduler in the catalog's row: an app that serves no jobs.
+    ops.sql("""UPDATE app_versions SET adapter = adapter - 'scheduler'
+                WHERE id = (SELECT app_version_id FROM app_instances WHERE id = %s) RETURNING id""",
+            (ops.ids["instance_a1"],))
+    console.open(ops.w.tokens[SA], f"#/instances/{ops.ids['instance_a1']}")
+    expect(page.locator(".scheduler.jobs .no-scheduler")).to_have_text(
+        "No jobs here: this instance's app has no scheduler.")
+    expect(page.locator(".scheduler.nodes .no-scheduler")).to_have_text(
+        "No nodes here: this instance's app has no scheduler.")
+    expect(page.locator(".scheduler .refusal")).to_have_count(0)
+    console.shot("10-no-scheduler")
+
+    # An app with a scheduler, an instance that does not run yet.
+    page.evaluate("hash => { location.hash = hash; }", f"#/instances/{created['id']}")
+    expect(page.locator(".scheduler.jobs .not-operable")).to_have_text("The jobs are served once the instance runs.")
+    expect(page.locator(".scheduler.nodes .not-operable")).to_have_text("The nodes are served once the instance runs.")
+    assert console.errors == []

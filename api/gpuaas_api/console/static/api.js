@@ -51,10 +51,12 @@ export class Api {
     return url;
   }
 
-  async request(path, params = {}, {signal, accept = "application/json"} = {}) {
+  async request(path, params = {}, {signal, accept = "application/json", method = "GET", body} = {}) {
+    const headers = {Authorization: `Bearer ${this.token}`, Accept: accept};
+    if (body !== undefined) headers["Content-Type"] = "application/json";
     try {
       return await fetch(this.url(path, params), {
-        headers: {Authorization: `Bearer ${this.token}`, Accept: accept},
+        method, headers, body: body === undefined ? undefined : JSON.stringify(body),
         cache: "no-store", credentials: "omit", signal,
       });
     } catch (error) {
@@ -67,6 +69,13 @@ export class Api {
     const response = await this.request(path, params, options);
     if (!response.ok) throw await refusal(response);
     return response.json();
+  }
+
+  // An action (cancel a job, drain a node): the service's answer, or its refusal thrown.
+  async post(path, body = undefined, {signal} = {}) {
+    const response = await this.request(path, {}, {signal, method: "POST", body});
+    if (!response.ok) throw await refusal(response);
+    return response.status === 204 ? null : response.json();
   }
 
   // Every item of a paginated list (keyset cursors), up to maxPages pages.

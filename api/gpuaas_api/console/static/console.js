@@ -1,10 +1,11 @@
-// The console: a project's instances, and an instance's members, operations and live timeline, read
-// through the public API with the token the user pasted in (kept in sessionStorage: gone when the tab
-// closes). Routes: #/ (the projects this token may read), #/projects/ID, #/instances/ID.
+// The console: a project's instances, and an instance's members, jobs and nodes, operations and live
+// timeline, read through the public API with the token the user pasted in (kept in sessionStorage: gone
+// when the tab closes). Routes: #/ (the projects this token may read), #/projects/ID, #/instances/ID.
 
 import {Api, Refusal, apiPath} from "./api.js";
-import {ago, badge, duration, el, link, plural, replace, statusClass, time} from "./dom.js";
+import {ago, badge, duration, el, link, plural, refusalBox, replace, statusClass, time} from "./dom.js";
 import {Progress, TERMINAL} from "./progress.js";
+import {schedulerSections} from "./scheduler.js";
 import {Timeline} from "./timeline.js";
 
 const TOKEN_KEY = "gpuaas.console.token";
@@ -17,20 +18,6 @@ const tokenForm = document.getElementById("token-form");
 const tokenInput = document.getElementById("token");
 const forget = document.getElementById("forget");
 let view = null;  // the AbortController of the view on screen: aborting it stops its requests, stream and timers
-
-function refusalBox(error, what) {
-  if (!(error instanceof Refusal)) {
-    return el("div", {class: "refusal", role: "alert"}, el("h2", {}, `Could not show ${what}`), String(error));
-  }
-  return el("div", {class: "refusal", role: "alert", "data-code": error.code},
-    el("h2", {}, `The service refused ${what}`),
-    el("p", {}, el("code", {class: "code"}, error.code), ": ", el("span", {class: "message"}, error.message),
-       error.status ? ` (HTTP ${error.status})` : ""),
-    error.correlationId
-      ? el("p", {}, "correlation id ", el("code", {class: "correlation-id"}, error.correlationId),
-           el("span", {class: "muted"}, " (search the service's logs with it)"))
-      : null);
-}
 
 // The projects whose instances this token may read, from GET /v1/me (as `gpuaas instances list` finds them).
 async function visibleProjects(api, me, signal) {
@@ -121,7 +108,7 @@ function projectView(api, projectId, signal) {
   poll();
 }
 
-function instanceView(api, id, signal) {
+function instanceView(api, me, id, signal) {
   const state = {instance: null, project: null, members: [], ops: new Map(), progress: new Map(), events: [],
                  filter: null, stream: "connecting", streamDetail: null};
   const parts = {head: el("div"), failure: el("div"), health: el("div"), roles: el("tbody"), members: el("tbody"),
@@ -332,6 +319,7 @@ function instanceView(api, id, signal) {
           el("thead", {}, el("tr", {}, ["Role", "Node", "Host", "Status", "Reason", "Last check", "Read",
                                         "Last operation"].map((h) => el("th", {}, h)))),
           parts.members)),
+      schedulerSections(api, me, state.instance, signal),
       el("section", {}, el("h2", {}, "Operations"), el("table", {class: "operations"},
         el("thead", {}, el("tr", {}, ["Kind", "Status", "Attempt", "Tasks done/started", "Hosts", "Elapsed",
                                       "Error", "Correlation id"].map((h) => el("th", {}, h)))),
@@ -375,7 +363,7 @@ async function route() {
   if (signal.aborted) return;
   replace(whoami, `${me.kind.replace("_", " ")} `, el("strong", {}, me.name));
   const match = location.hash.match(/^#\/(projects|instances)\/([^/?#]+)$/);
-  if (match?.[1] === "instances") instanceView(api, decodeURIComponent(match[2]), signal);
+  if (match?.[1] === "instances") instanceView(api, me, decodeURIComponent(match[2]), signal);
   else if (match?.[1] === "projects") projectView(api, decodeURIComponent(match[2]), signal);
   else homeView(api, me, signal);
 }

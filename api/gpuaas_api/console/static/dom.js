@@ -3,6 +3,8 @@
 // it is. No HTML-parsing sink (the *HTML properties and methods, document's write) may be used here or
 // anywhere in the console; tests/console checks the sources.
 
+import {Refusal} from "./api.js";
+
 export function el(tag, props = {}, ...children) {
   const node = document.createElement(tag);
   for (const [key, value] of Object.entries(props)) {
@@ -63,4 +65,19 @@ export function duration(seconds) {
 // UTC, to the second: the same instant the service's logs show.
 export function time(iso) {
   return iso ? new Date(iso).toISOString().slice(0, 19).replace("T", " ") + "Z" : "";
+}
+
+// The service's refusal (its code, message, HTTP status and correlation id), or what else went wrong.
+export function refusalBox(error, what) {
+  if (!(error instanceof Refusal)) {
+    return el("div", {class: "refusal", role: "alert"}, el("h2", {}, `Could not show ${what}`), String(error));
+  }
+  return el("div", {class: "refusal", role: "alert", "data-code": error.code},
+    el("h2", {}, `The service refused ${what}`),
+    el("p", {}, el("code", {class: "code"}, error.code), ": ", el("span", {class: "message"}, error.message),
+       error.status ? ` (HTTP ${error.status})` : ""),
+    error.correlationId
+      ? el("p", {}, "correlation id ", el("code", {class: "correlation-id"}, error.correlationId),
+           el("span", {class: "muted"}, " (search the service's logs with it)"))
+      : null);
 }
