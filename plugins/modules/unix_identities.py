@@ -25,12 +25,12 @@ description:
     the user) holds exactly the identity's O(identities[].ssh_keys) when O(identities[].login) is true, and
     does not exist otherwise. With O(manage_keys=false) no C(authorized_keys) is written, and one left there
     is removed.
-  - Removing a user's C(authorized_keys) ends that user's sessions on the host: its processes are killed,
+  - Removing a user's C(authorized_keys) ends that user's sessions on the host. Its processes are killed,
     except those below C(slurmstepd) (its Slurm jobs, which losing the login does not end).
-  - The module never writes through a symbolic link the user could have planted: C(~/.ssh) and
+  - The module never writes through a symbolic link the user could have planted. C(~/.ssh) and
     C(authorized_keys) are opened without following links, and a C(~/.ssh) that is not a directory is replaced
     by one.
-  - Refused, before anything changes, with every problem named: a name or uid (or the group of that name or
+  - Refused before anything changes, naming every problem, are a name or uid (or the group of that name or
     gid) held by a user or group the platform does not manage, a uid held by another managed user that stays,
     names not matching C(^[a-z][a-z0-9-]{0,31}$), uids outside 200000-2147483647, duplicate names or uids, and
     SSH keys that are not a single public key line.
@@ -166,7 +166,8 @@ NAME_RE = re.compile(r"^[a-z][a-z0-9-]{0,31}$")
 PRINCIPAL_RE = re.compile(r"^[A-Za-z0-9_.@:-]{1,200}$")
 # "<type> <base64 blob> [comment]": a plain public key line, without authorized_keys options.
 KEY_RE = re.compile(r"^(?P<type>[a-z][a-z0-9@.-]*) (?P<blob>[A-Za-z0-9+/]+={0,3})(?: [^\x00-\x1f\x7f]*)?$")
-UID_MIN, UID_MAX = 200000, 2147483647
+UID_MIN = 200000
+UID_MAX = 2147483647
 HOME_ROOT = "/home"
 SHELL = "/bin/bash"
 HOME_MODE = 0o700

@@ -104,8 +104,8 @@ def test_stale_accounts_and_users_lose_their_associations():
     assert the_plan.users_removed == ["bob-77c2", "carol-1"]
     assert the_plan.users_changed == ["alice-3f9a"]  # she loses old
     assert sas.removal_args("old", None, None) == ["-i", "remove", "account", "where", "name=old"]
-    assert sas.removal_args("research", "bob-77c2", "c1") == ["-i", "remove", "user", "where", "name=bob-77c2",
-                                                               "account=research", "cluster=c1"]
+    assert sas.removal_args("research", "bob-77c2", "c1") == [
+        "-i", "remove", "user", "where", "name=bob-77c2", "account=research", "cluster=c1"]
 
 
 def test_a_user_moved_to_another_account_gets_it_as_default_before_the_old_one_goes():
@@ -129,8 +129,8 @@ def test_accounts_of_someone_else_are_refused():
                                           "description 'tenant one' does not start with 'gpuaas project '\\)"):
         sas.plan(params(accounts=[("tenant1", "1")]), snapshot())
     # a platform account that someone hung their own account below
-    below = snapshot("mine|gpuaas project 1|mine\n", "gpuaas-test|mine||root|1|||||\n"
-                                                      "gpuaas-test|theirs||mine|1|||||\n")
+    below = snapshot("mine|gpuaas project 1|mine\n",
+                     "gpuaas-test|mine||root|1|||||\ngpuaas-test|theirs||mine|1|||||\n")
     with pytest.raises(sas.Refused, match="account mine, which the list no longer names, has sub-accounts theirs"):
         sas.plan(params(accounts=()), below)
 

@@ -255,4 +255,3 @@ def test_refusals_end_the_module_before_any_command():
     assert ended.failed and "user root exists and the platform does not manage it" in ended.result["msg"]
     ended = run_module(ui.main, {"identities": [ident(uid=5)]}, lambda argv, **kw: pytest.fail(str(argv)))
     assert ended.failed and "uid 5 is outside" in ended.result["msg"]
-
