@@ -432,8 +432,9 @@ def diff_after(identities, host, the_plan, prefix):
 
 
 # ---- this host ------------------------------------------------------------------------------------
-def read_host(identities):
-    """Users and groups as NSS gives them; authorized_keys and homes of the identities that exist."""
+def read_host(identities, prefix):
+    """Users and groups as NSS gives them; the homes of the identities that exist, and the authorized_keys of
+    those and of the other managed users (for the diff)."""
     users = [User(p.pw_name, p.pw_uid, p.pw_gid, p.pw_gecos, p.pw_dir, p.pw_shell) for p in pwd.getpwall()]
     groups = dict((g.gr_name, g.gr_gid) for g in grp.getgrall())
     host = Host(users, groups)
@@ -441,6 +442,8 @@ def read_host(identities):
         user = host.users.get(ident["name"])
         if user is not None:
             host.home_ok[user.name] = home_ok(user.name, user.uid, user.gid)
+    for user in host.users.values():
+        if user.name in host.home_ok or user.gecos.startswith(prefix):
             host.keys[user.name] = read_keys(user.name)
     return host
 
@@ -650,7 +653,8 @@ def apply(tools, the_plan, identities, host, prefix):
         else:
             tools.run(args)
     wanted = dict((i["name"], i) for i in identities)
-    for name in the_plan.homes:
+    # useradd -m leaves a home that was there (from an earlier user of that name) to its old owner.
+    for name in the_plan.homes + [i["name"] for i in the_plan.add]:
         make_home(name, wanted[name]["uid"], wanted[name]["uid"])
     for name in sorted(the_plan.keys):
         uid = wanted[name]["uid"]
@@ -684,7 +688,7 @@ def main():
     if problems:
         module.fail_json(msg="; ".join(problems))
     try:
-        host = read_host(identities)
+        host = read_host(identities, prefix)
         the_plan = plan(identities, host, manage_keys, prefix)
     except Refused as refused:
         module.fail_json(msg=str(refused))
@@ -703,7 +707,7 @@ def main():
     tools = Tools(module)
     try:
         result["sessions_ended"] = apply(tools, the_plan, identities, host, prefix)
-        after = read_host(identities)
+        after = read_host(identities, prefix)
         leftover = plan(identities, after, manage_keys, prefix)
     except (OSError, RuntimeError, Refused) as error:
         module.fail_json(msg="changing the users failed: %s" % error, commands=tools.done)

@@ -215,3 +215,22 @@ def test_links_a_user_plants_are_not_followed(host, keys):
     assert identities(host, wanted, manage_keys=False)["changed"] is True
     assert host.run("test", "-L", f"/home/{ALICE}/.ssh/authorized_keys", check=False).returncode == 1
     assert host.run("sha256sum", "/etc/shadow").stdout == shadow
+
+
+def test_drift_and_a_home_left_behind_are_set_back(host):
+    wanted = [ident(ALICE, 200101), ident(BOB, 200102)]
+    host.run("mkdir", "-m", "0755", f"/home/{BOB}")  # an earlier user's home, root's now
+    assert identities(host, wanted, manage_keys=False)["added"] == [ALICE, BOB]
+    assert host.run("stat", "-c", "%U %G", f"/home/{BOB}").stdout.strip() == f"{BOB} {BOB}"
+
+    host.run("usermod", "-s", "/bin/sh", "-c", "gpuaas user/someone-else", ALICE)
+    host.run("groupmod", "-g", "200190", ALICE)  # moves the user's primary group with it
+    host.run("chown", "root:root", f"/home/{ALICE}")
+    result = identities(host, wanted, manage_keys=False)
+    assert result["changed"] is True and result["changed_users"] == [ALICE], result
+    assert result["commands"] == [f"groupmod -g 200101 {ALICE}",
+                                  f"usermod -g 200101 -c gpuaas user/{ALICE}-id -s /bin/bash {ALICE}"]
+    assert host.run("getent", "passwd", ALICE).stdout.strip() == \
+        f"{ALICE}:x:200101:200101:gpuaas user/{ALICE}-id:/home/{ALICE}:/bin/bash"
+    assert host.run("stat", "-c", "%U %G", f"/home/{ALICE}").stdout.strip() == f"{ALICE} {ALICE}"
+    assert identities(host, wanted, manage_keys=False)["changed"] is False
