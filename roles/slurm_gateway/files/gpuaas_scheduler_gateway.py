@@ -78,10 +78,10 @@ SACCT_FIELDS = (("JobIDRaw", "id"), ("State", "state"), ("User", "user"), ("Acco
 SINFO_FIELDS = (("NodeList", "name"), ("StateComplete", "state"), ("CPUs", "cpus"), ("Memory", "memory"),
                 ("Gres", "gres"), ("Features", "features"), ("Partition", "partition"), ("UserLong", "reason_by"),
                 ("Reason", "reason"))
-SQUEUE_FORMAT = ",".join(field + ":|" for field, _ in SQUEUE_FIELDS)
-SACCT_FORMAT = ",".join(field for field, _ in SACCT_FIELDS)
-SINFO_FORMAT = ",".join(field + ":|" for field, _ in SINFO_FIELDS)
-SQUEUE_NAMES, SACCT_NAMES, SINFO_NAMES = ([name for _, name in fields]
+SQUEUE_FORMAT = ",".join(pair[0] + ":|" for pair in SQUEUE_FIELDS)
+SACCT_FORMAT = ",".join(pair[0] for pair in SACCT_FIELDS)
+SINFO_FORMAT = ",".join(pair[0] + ":|" for pair in SINFO_FIELDS)
+SQUEUE_NAMES, SACCT_NAMES, SINFO_NAMES = ([pair[1] for pair in fields]
                                           for fields in (SQUEUE_FIELDS, SACCT_FIELDS, SINFO_FIELDS))
 Q_STATE, Q_USER, Q_ACCOUNT = (SQUEUE_NAMES.index(name) for name in ("state", "user", "account"))
 A_STATE, A_USER, A_ACCOUNT = (SACCT_NAMES.index(name) for name in ("state", "user", "account"))
@@ -235,7 +235,7 @@ def time_limit_minutes(text):
     text = _value(text)
     if text is None:
         return None
-    days, _, clock = text.rpartition("-")
+    days, clock = text.rpartition("-")[::2]
     try:
         parts = [int(p) for p in clock.split(":")]
         days = int(days) if days else 0
@@ -273,7 +273,7 @@ def gpu_count(text):
 def exit_code(status=None, code_signal=None):
     """The job's exit code: squeue's raw wait status (768) or sacct's code:signal (3:0); 128+N for signal N."""
     if code_signal is not None:
-        code, _, sig = code_signal.partition(":")
+        code, sig = code_signal.partition(":")[::2]
         code, sig = _int(code) or 0, _int(sig) or 0
     else:
         raw = _int(status)
@@ -349,7 +349,7 @@ def select(entries, accounts, states, user, before, limit):
     ``entries`` maps each job id (an int) to (build, values, state, user, account): the page is chosen on those
     few raw fields, newest first by id, and only its own jobs are built, so that a queue of 10,000 jobs costs
     milliseconds here."""
-    ids = sorted((job_id for job_id, (_, _, state, owner, account) in entries.items()
+    ids = sorted((job_id for job_id, (build, values, state, owner, account) in entries.items()
                   if (before is None or job_id < before) and account.lower() in accounts
                   and (states is None or state in states) and (user is None or owner == user)), reverse=True)
     items = [entries[job_id][0](entries[job_id][1]) for job_id in ids[:limit]]
@@ -699,7 +699,7 @@ class Gateway:
             raise ApiError(404, "not_found", "no such endpoint")
         resource, item = parts[1], (parts[2] if len(parts) == 3 else None)
         routes = {
-            ("health", False): {"GET": lambda: self.health()},
+            ("health", False): {"GET": self.health},
             ("jobs", False): {"GET": lambda: self.list_jobs(claims, query),
                               "POST": lambda: self.submit(claims, body())},
             ("jobs", True): {"GET": lambda: (200, self.find_job(item, claims)),
@@ -788,7 +788,7 @@ class Handler(BaseHTTPRequestHandler):
 
     def _claims(self):
         authorization = self.headers.get("Authorization", "")
-        scheme, _, token = authorization.partition(" ")
+        scheme, token = authorization.partition(" ")[::2]
         if scheme.lower() != "bearer":
             raise ApiError(401, "unauthorized", "a Bearer token is required")
         try:

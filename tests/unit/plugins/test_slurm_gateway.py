@@ -119,8 +119,8 @@ def test_slurm_values():
     assert [gw.time_limit_minutes(t) for t in ("1-00:00:00", "1:30:00", "5:00", "00:05:00", "0:30", "45",
                                                "UNLIMITED", "Partition_Limit", "N/A")] == [
         1440, 90, 5, 5, 1, 45, None, None, None]
-    assert [gw.memory_mb(m) for m in ("100M", "2G", "1000Mn", "0", "1T", "N/A")] == [100, 2048, 1000, None,
-                                                                                      1048576, None]
+    sizes = ("100M", "2G", "1000Mn", "0", "1T", "N/A")
+    assert [gw.memory_mb(m) for m in sizes] == [100, 2048, 1000, None, 1048576, None]
     assert [gw.gpu_count(g) for g in ("gres:gpu:1", "gres:gpu:a100:2", "billing=2,cpu=2,gres/gpu=2,mem=2G",
                                       "gpu:2", "gpu:a100:2(S:0-1),gpu:t4:1", "N/A", "cpu=1")] == [1, 2, 2, 2, 3, 0, 0]
     # squeue's raw wait status and sacct's code:signal: 3 for exit 3, 128+15 for SIGTERM

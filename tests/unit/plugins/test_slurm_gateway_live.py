@@ -85,8 +85,8 @@ class Gateway:
         finally:
             conn.close()
 
-    def submit(self, user, account, accounts=None, script=SCRIPT, **extra):
-        body = {"name": "live-job", "script": script, "account": account, **extra}
+    def submit(self, user, account, accounts=None, script=SCRIPT, name="live-job", **extra):
+        body = {"name": name, "script": script, "account": account, **extra}
         return self.call("POST", "/v1/jobs", token(sub=user, accounts=accounts or [account]), body)
 
     def squeue(self, job_id):
@@ -218,7 +218,7 @@ def test_a_job_runs_as_its_user_in_its_account_and_slurm_refuses_another_account
 def test_lists_show_only_the_claimed_accounts_newest_first_and_page(gw_live):
     alice, bob = gw_live.users["alice"], gw_live.users["bob"]
     mine, theirs = gw_live.accounts["alice"], gw_live.accounts["bob"]
-    own = [gw_live.submit(alice, mine)[1]["id"] for _ in range(5)]
+    own = [gw_live.submit(alice, mine, name=f"live-job-{n}")[1]["id"] for n in range(5)]
     other = gw_live.submit(bob, theirs)[1]["id"]
     reader = token(accounts=[mine])  # a platform read: no sub
 
