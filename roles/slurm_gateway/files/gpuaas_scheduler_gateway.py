@@ -750,7 +750,7 @@ class Handler(BaseHTTPRequestHandler):
         data = json.dumps(document, separators=(",", ":")).encode("utf-8")
         started = getattr(self, "_started", None)
         duration = (time.monotonic() - started) * 1000 if started else 0.0
-        path = _printable(urlsplit(self.path or "").path)
+        path = _printable(urlsplit(getattr(self, "path", "") or "").path)  # unset when the request line was not
         log(f"{self.command or '-'} {path} {status} {duration:.0f}ms sub={getattr(self, '_sub', None) or '-'}")
         self.send_response(status)
         self.send_header("Content-Type", "application/json")

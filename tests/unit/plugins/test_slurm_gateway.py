@@ -9,6 +9,7 @@ import hmac
 import http.client
 import importlib.util
 import json
+import socket
 import threading
 import time
 from pathlib import Path
@@ -376,3 +377,13 @@ def test_a_request_http_server_cannot_parse_answers_json(server):
         assert "error" in json.loads(response.read())
     finally:
         conn.close()
+
+
+def test_a_request_line_http_server_cannot_read_answers_json(server):
+    with socket.create_connection(("127.0.0.1", server), timeout=10) as sock:
+        sock.sendall(b"GET /" + b"a" * 70000 + b" HTTP/1.1\r\n\r\n")  # longer than http.server reads
+        answer = b""
+        while chunk := sock.recv(4096):
+            answer += chunk
+    head, _, body = answer.partition(b"\r\n\r\n")
+    assert head.startswith(b"HTTP/1.1 414") and "error" in json.loads(body)
