@@ -28,7 +28,7 @@ import time
 import uuid
 
 import httpx
-from gpuaas_api.demo import TEST_HOST_PARAMETERS, Demo
+from gpuaas_api.demo import Demo
 
 HOLD = "#!/bin/sh\nsleep 3600\n"
 
