@@ -15,15 +15,15 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from cryptography.hazmat.primitives import serialization
+from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 from gpuaas_api import db as dbmod
 from gpuaas_api.app import create_app
 from gpuaas_api.config import OperationSettings
 from gpuaas_api.content.store import embedded_store
-from operations.toy_scheduler import ToyScheduler, point_at
-from cryptography.hazmat.primitives import serialization
-from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 from gpuaas_api.secrets import service as secrets
 from operations.helpers import CREDENTIAL, TEST_APP, point_credential, publish_test_app, use_local_connection
+from operations.toy_scheduler import ToyScheduler, point_at
 
 from .world import ACTORS, DIGEST, SLURM_ADAPTER, SLURM_COMPAT, World, create_instance, register_allocation
 
@@ -424,6 +424,8 @@ CASES: list[Case] = [
         "POST", f"/v1/instances/{x.scheduler_instance()}/nodes/n2/features", {"json": {"features": ["a100"]}})),
     c("GET", "/v1/instances/{instance_id}/access", {TA, PADM, PM},
       lambda x, a: ("GET", f"/v1/instances/{x.scheduler_instance()}/access", {})),
+    c("GET", "/v1/instances/{instance_id}/access-map", {TA, PADM, SA},
+      lambda x, a: ("GET", f"/v1/instances/{x.scheduler_instance()}/access-map", {})),
     c("POST", "/v1/instances/{instance_id}/access-sync", {TA, PADM, SA},
       lambda x, a: ("POST", f"/v1/instances/{x.running_instance()[0]}/access-sync", {})),
     c("GET", "/v1/me/ssh-keys", PEOPLE),

@@ -10,14 +10,15 @@ import re
 import subprocess
 
 import pytest
-from cli import conftest as cli_fixtures
-from cli.test_login_and_reads import error_line
 from console.scheduler_world import scheduled_instance
 from cryptography.hazmat.primitives import serialization
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 from gpuaas_api.cli import build_parser
 from gpuaas_api.commands import jobs, nodes
 from operations.helpers import wait_for
+
+from cli import conftest as cli_fixtures
+from cli.test_login_and_reads import error_line
 
 # The client CLI tests' fixtures (over tests/api's: the operations world, served over HTTP, `gpuaas` as a process).
 app, ops, op_settings, served, cli = (cli_fixtures.app, cli_fixtures.ops, cli_fixtures.op_settings,

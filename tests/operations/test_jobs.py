@@ -36,7 +36,8 @@ def test_the_access_map_follows_bindings_and_keys_through_access_sync_runs(ops, 
     instance, marker = make_instance(ops, "access")
     iid = instance["id"]
     ops.start_worker()
-    assert wait_op(ops, ops.w.call(SA, "POST", f"/v1/instances/{iid}/deploy", 202).json()["id"])["status"] == "succeeded"
+    deploy = ops.w.call(SA, "POST", f"/v1/instances/{iid}/deploy", 202).json()
+    assert wait_op(ops, deploy["id"])["status"] == "succeeded"
     first = json.loads((marker / "access.json").read_text())
     project = ops.w.call(SA, "GET", f"/v1/projects/{ops.ids['project_a1']}", 200).json()
     assert first["accounts"] == [{"name": project["name"], "project_id": ops.ids["project_a1"]}]
@@ -45,7 +46,8 @@ def test_the_access_map_follows_bindings_and_keys_through_access_sync_runs(ops, 
     assert by_principal[sa]["login"] is False and by_principal[sa]["ssh_keys"] == []  # submits, never logs in
     assert by_principal[pm]["login"] is True and by_principal[pm]["account"] == project["name"]
     assert all(i["uid"] >= 200001 for i in first["identities"])
-    assert len({i["uid"] for i in first["identities"]}) == len({i["name"] for i in first["identities"]}) == len(first["identities"])
+    identities = first["identities"]
+    assert len({i["uid"] for i in identities}) == len({i["name"] for i in identities}) == len(identities)
     assert f"user:{principal_id(ops, 'other_project_member')}" not in by_principal  # another project's person
 
     # A key the member registers reaches the map with the access_sync the platform queues by itself.
@@ -55,6 +57,9 @@ def test_the_access_map_follows_bindings_and_keys_through_access_sync_runs(ops, 
     assert wait_op(ops, sync["id"])["status"] == "succeeded"
     after_key = {i["principal"]: i for i in json.loads((marker / "access.json").read_text())["identities"]}
     assert after_key[pm]["ssh_keys"] == [key["public_key"]] and after_key[pm]["uid"] == by_principal[pm]["uid"]
+    # The map an operator gets for a run by hand is the one the platform's run applied.
+    assert ops.w.call(SA, "GET", f"/v1/instances/{iid}/access-map", 200).json() == json.loads(
+        (marker / "access.json").read_text())
     access = ops.w.call(PM, "GET", f"/v1/instances/{iid}/access", 200).json()
     assert access["username"] == after_key[pm]["name"] and access["ssh_keys"] == 1 and access["synced"] is True
 

@@ -77,3 +77,22 @@ def get_access(instance_id: UUID, caller: Caller, db: DB):
             raise errors.conflict("no_login", "this instance's app has no logins (its adapter declares no access)")
         return service.login_for(conn, spec, instance, caller)
 
+
+
+class AccessMap(BaseModel):
+    """The access map (docs/scheduler.md) as a run of the instance gets it now."""
+    accounts: list[dict]
+    identities: list[dict]
+
+
+@api.get("/v1/instances/{instance_id}/access-map", operation_id="instances_access_map_get", response_model=AccessMap,
+         responses=errors.responses("no_login"))
+def get_access_map(instance_id: UUID, caller: Caller, db: DB):
+    """The instance's access map as the platform's next run will apply it (`apps.instance.update`): for an operator
+    who runs the app's access playbook by hand or as an AWX job (`-e @map.json`; `gpuaas instances access-map`)."""
+    with db.transaction() as conn:
+        instance = instances.get_instance(conn, instance_id)
+        caller.require("apps.instance.update", tenant_id=instance["tenant_id"], project_id=instance["project_id"])
+        if service.declares_access(conn, instance) is None:
+            raise errors.conflict("no_login", "this instance's app has no access map (its adapter declares no access)")
+        return service.access_map(conn, instance)

@@ -51,6 +51,11 @@ def register(sub: argparse._SubParsersAction) -> None:
     project_option(access)
     output_option(access)
     access.set_defaults(func=show_access)
+    amap = isub.add_parser("access-map", help="the instance's access map as JSON, for running the app's access "
+                                              "playbook by hand (-e @FILE) or from AWX (its survey)")
+    amap.add_argument("instance", metavar="ID|NAME")
+    project_option(amap)
+    amap.set_defaults(func=show_access_map)
     sync = isub.add_parser("access-sync", help="apply the instance's access map now (runtime users, accounts, "
                                                "logins, SSH keys) and follow the run to its end")
     sync.add_argument("instance", metavar="ID|NAME")
@@ -199,6 +204,17 @@ def show_access(args, client) -> int:
         notes.append(f"an access sync of {instance['name']} is queued or running: your login is there once it ends")
     for note in notes:
         print(f"gpuaas: {note}", file=sys.stderr)
+    return 0
+
+
+@command
+def show_access_map(args, client) -> int:
+    from ..client import lookup
+    from ..client.render import dump
+
+    instance = lookup.instance(client, args.instance, project_ref(args))
+    # The shape of an extra-vars file: `-e @map.json` by hand, the same text in the AWX survey.
+    dump({"gpuaas_access": client.get(f"/v1/instances/{instance['id']}/access-map")})
     return 0
 
 
