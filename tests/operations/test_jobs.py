@@ -121,6 +121,12 @@ def test_jobs_run_as_the_callers_identity_in_the_projects_account_and_are_scoped
     method, path, claims = toy.requests[0]
     assert (method, path, claims["accounts"], claims["aud"]) == ("POST", "/v1/jobs", [project["name"]], iid)
     assert claims["sub"] == mine["runtime_user"] and claims["exp"] - claims["iat"] <= 60
+    # Only what the caller set goes to the runtime: a default would override the script's own #SBATCH lines.
+    assert toy.bodies[0] == {"name": "train", "script": SCRIPT, "resources": {"nodes": 2, "gpus": 1},
+                             "account": project["name"]}
+    # A reader acts as nobody: no runtime identity is claimed (or created) for a list.
+    ops.w.call(PM, "GET", jobs, 200)
+    assert "sub" not in toy.requests[-1][2]
 
     # Another account is refused by the API before the runtime hears of it.
     calls = len(toy.requests)
@@ -133,6 +139,10 @@ def test_jobs_run_as_the_callers_identity_in_the_projects_account_and_are_scoped
     assert [j["id"] for j in ops.w.call(SA, "GET", jobs, 200, params={"mine": True}).json()["items"]] == [mine["id"]]
     ops.w.call(SA, "GET", f"{jobs}/1", 404)
     ops.w.call(SA, "POST", f"{jobs}/1/cancel", 404)
+    toy.filter_accounts = False  # a gateway that answers too much: the platform still shows only the project's jobs
+    assert "1" not in [j["id"] for j in ops.w.call(SA, "GET", jobs, 200).json()["items"]]
+    assert ops.w.call(SA, "GET", f"{jobs}/1", 404).json()["error"]["code"] == "not_found"
+    toy.filter_accounts = True
     ops.w.call("other_service_account", "GET", jobs, 404)  # another project cannot see the instance at all
 
     cancelled = ops.w.call(PM, "POST", f"{jobs}/{mine['id']}/cancel", 202).json()

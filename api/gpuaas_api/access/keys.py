@@ -92,4 +92,5 @@ def delete(conn: psycopg.Connection, settings: OperationSettings, caller: Princi
 
 def _audit_and_sync(conn, settings, caller: Principal, action: str, row: dict, **change) -> None:
     audit.record(conn, caller, action, "ssh_key", row["id"], **change, context={"tenant_id": caller.tenant_id})
-    service.queue_sync(conn, settings, caller, tenant_id=caller.tenant_id, reason=f"{action} {row['fingerprint']}")
+    service.queue_sync(conn, settings, caller, tenant_id=caller.tenant_id, reason=f"{action} {row['fingerprint']}",
+                       login_only=True)

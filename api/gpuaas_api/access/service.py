@@ -26,8 +26,9 @@ from ..iam.permissions import ROLES
 
 log = logging.getLogger(__name__)
 SUBMIT, LOGIN = "scheduler.queue.submit", "apps.instance.access"
-# An access_sync is queued for these instances: the others get the map with their next deploy.
-SYNCABLE = ("running", "degraded")
+# An access_sync is queued for these instances (one starting queues behind its deploy, whose map may predate the
+# change): the others get the map with their next deploy.
+SYNCABLE = ("running", "degraded", "starting")
 _NOT_NAME = re.compile(r"[^a-z0-9]+")
 
 
@@ -48,7 +49,7 @@ def _name_hint(kind: str, principal: dict) -> str:
     else:
         base = "sa-" + _NOT_NAME.sub("-", principal["name"].lower()).strip("-")
     base = base if base[:1].isalpha() else f"u{base}"
-    return base[:20].rstrip("-")
+    return base[:19].rstrip("-")  # with "-" and at most 12 hex digits: 32 characters
 
 
 def identity(conn: psycopg.Connection, kind: str, principal_id: UUID) -> dict:
@@ -111,10 +112,12 @@ def declares_access(conn: psycopg.Connection, instance: dict) -> AdapterSpec | N
 
 
 def queue_sync(conn: psycopg.Connection, settings: OperationSettings, actor: Principal, *,
-               project_id: UUID | None = None, tenant_id: UUID | None = None, reason: str) -> list[UUID]:
+               project_id: UUID | None = None, tenant_id: UUID | None = None, reason: str,
+               login_only: bool = False) -> list[UUID]:
     """Queue an access_sync on every running instance of the project (or of the tenant) whose app declares
-    access, unless one is already queued (it computes the map when it starts, so it carries this change too).
-    Called in the transaction that made the change: the operation is queued only if the change commits."""
+    access, unless one is already queued (it computes the map when it starts, so it carries this change too);
+    with `login_only`, only on those the actor may log in to. Called in the transaction that made the change: the
+    operation is queued only if the change commits."""
     from ..operations import service as operations  # operations imports this module's callers
 
     instances = conn.execute(
@@ -125,15 +128,21 @@ def queue_sync(conn: psycopg.Connection, settings: OperationSettings, actor: Pri
     for instance in instances:
         if declares_access(conn, instance) is None:
             continue
+        # A key change matters only where its owner may log in; elsewhere it would only make the instance busy.
+        if login_only and not actor.permits(LOGIN, tenant_id=instance["tenant_id"], project_id=instance["project_id"]):
+            continue
+        # Locked: a worker claiming it now (SKIP LOCKED) waits for this change to commit, so the map it builds
+        # carries the change; one it claimed before is no longer queued here, and a new sync is queued.
         waiting = conn.execute("""SELECT 1 FROM operations WHERE instance_id = %s AND kind = 'access_sync'
-                                    AND status = 'queued'""", (instance["id"],)).fetchone()
+                                    AND status = 'queued' FOR UPDATE""", (instance["id"],)).fetchone()
         if waiting:
             continue
         try:
             with conn.transaction():  # savepoint: a refusal leaves the change itself in place
                 op = operations.accept(conn, settings, actor, instance["id"], "access_sync", {"reason": reason})
         except ApiError as exc:  # going away (a decommission queued), or a full queue: its next run carries the map
-            log.info("access_sync not queued", extra={"instance_id": str(instance["id"]), "reason": exc.code})
+            log.warning("access_sync not queued: the instance's next run applies the change",
+                        extra={"instance_id": str(instance["id"]), "reason": exc.code})
             continue
         queued.append(op["id"])
     if queued:

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import time
 import uuid
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import httpx
 import jwt
@@ -33,7 +33,7 @@ def unavailable(message: str, **details) -> ApiError:
 class Gateway:
     instance_id: str
     url: str
-    key: str
+    key: str = field(repr=False)
     spec: SchedulerSpec
 
     def call(self, method: str, path: str, claims: dict, *, json: dict | None = None,

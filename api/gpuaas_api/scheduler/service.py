@@ -18,7 +18,7 @@ from ..access import service as access
 from ..audit import service as audit
 from ..config import OperationSettings
 from ..db import Database
-from ..errors import ApiError, conflict
+from ..errors import ApiError, conflict, not_found
 from ..iam.auth import Principal
 from ..instances import service as instances
 from . import gateway
@@ -28,27 +28,39 @@ MAX_PAGE = 500
 
 
 def _open(conn: psycopg.Connection, settings: OperationSettings, caller: Principal, instance_id: UUID,
-          permission: str) -> tuple[dict, gateway.Gateway, str, dict]:
-    """The instance (after the permission check), its gateway, the project's account and the caller's claims."""
+          permission: str, *, as_identity: bool = False) -> tuple[dict, gateway.Gateway, str, dict]:
+    """The instance (after the permission check), its gateway, the project's account and the caller's claims:
+    `sub`, the caller's runtime identity, only when the call acts as it (a submit, a list of one's own jobs), so a
+    reader gets no identity it does not need."""
     instance = instances.get_instance(conn, instance_id)
     caller.require(permission, tenant_id=instance["tenant_id"], project_id=instance["project_id"])
     gw = gateway.for_instance(conn, settings, instance)
     project = conn.execute("SELECT * FROM projects WHERE id = %s", (instance["project_id"],)).fetchone()
     account = access.account_name(project)
-    identity = access.identity(conn, caller.kind, caller.id)
-    claims = {"sub": identity["name"], "accounts": [account],
+    claims = {"accounts": [account],
               "node_operate": caller.permits("scheduler.node.operate", tenant_id=instance["tenant_id"],
                                              project_id=instance["project_id"])}
+    if as_identity:
+        claims["sub"] = access.identity(conn, caller.kind, caller.id)["name"]
     return instance, gw, account, claims
 
 
 def _as_jobs(conn: psycopg.Connection, instance: dict, account: str, raw: list[dict]) -> list[dict]:
-    """The gateway's jobs with their platform owner and project."""
+    """The gateway's jobs of the project's account (a second check after the gateway's own: no other account's
+    job is ever shown), with their platform owner and project."""
+    raw = [j for j in raw if j.get("account") == account]
     users = sorted({j.get("user") or "" for j in raw})
     owners = {r["name"]: {"kind": r["principal_kind"], "id": r["principal_id"]} for r in conn.execute(
         "SELECT name, principal_kind, principal_id FROM runtime_identities WHERE name = ANY(%s)", (users,))}
     return [j | {"owner": owners.get(j.get("user")), "runtime_user": j.get("user") or "",
-                 "project_id": instance["project_id"] if j.get("account") == account else None} for j in raw]
+                 "project_id": instance["project_id"]} for j in raw]
+
+
+def _one_job(conn: psycopg.Connection, instance: dict, account: str, job: dict, job_id: str) -> dict:
+    shown = _as_jobs(conn, instance, account, [job])
+    if not shown:
+        raise not_found("job", job_id)
+    return shown[0]
 
 
 def _job_ref(instance: dict, job_id: str) -> str:
@@ -57,14 +69,16 @@ def _job_ref(instance: dict, job_id: str) -> str:
 
 def submit(db: Database, settings: OperationSettings, caller: Principal, instance_id: UUID, body: JobSubmit) -> dict:
     with db.transaction() as conn:
-        instance, gw, account, claims = _open(conn, settings, caller, instance_id, "scheduler.queue.submit")
+        instance, gw, account, claims = _open(conn, settings, caller, instance_id, "scheduler.queue.submit",
+                                              as_identity=True)
         if body.account is not None and body.account != account:
             raise ApiError(403, "account_not_allowed", f"jobs of this project are charged to account {account}; "
                            f"you may not submit into {body.account}", {"account": account})
-    request = body.model_dump(mode="json") | {"account": account}
+    # Only what the caller set: a default here would override the script's own #SBATCH lines.
+    request = body.model_dump(mode="json", exclude_unset=True) | {"account": account}
     job = gw.call("POST", "/v1/jobs", claims, json=request)
     with db.transaction() as conn:
-        (shown,) = _as_jobs(conn, instance, account, [job])
+        shown = _one_job(conn, instance, account, job, str(job.get("id")))
         audit.record(conn, caller, "scheduler.job.submit", "job", _job_ref(instance, job["id"]),
                      after={"id": job["id"], "name": job.get("name"), "account": account,
                             "runtime_user": claims["sub"], "resources": job.get("resources")},
@@ -75,7 +89,8 @@ def submit(db: Database, settings: OperationSettings, caller: Principal, instanc
 def list_jobs(db: Database, settings: OperationSettings, caller: Principal, instance_id: UUID, *,
               state: str | None, mine: bool, cursor: str | None, limit: int) -> dict:
     with db.transaction() as conn:
-        instance, gw, account, claims = _open(conn, settings, caller, instance_id, "scheduler.queue.read")
+        instance, gw, account, claims = _open(conn, settings, caller, instance_id, "scheduler.queue.read",
+                                              as_identity=mine)
     params = {"limit": min(limit, MAX_PAGE)} | ({"state": state} if state else {})
     params |= ({"user": claims["sub"]} if mine else {}) | ({"before": _decode(cursor)} if cursor else {})
     page = gw.call("GET", "/v1/jobs", claims, params=params)
@@ -100,7 +115,7 @@ def get_job(db: Database, settings: OperationSettings, caller: Principal, instan
         instance, gw, account, claims = _open(conn, settings, caller, instance_id, "scheduler.queue.read")
     job = gw.call("GET", f"/v1/jobs/{job_id}", claims)
     with db.transaction() as conn:
-        return _as_jobs(conn, instance, account, [job])[0]
+        return _one_job(conn, instance, account, job, job_id)
 
 
 def cancel_job(db: Database, settings: OperationSettings, caller: Principal, instance_id: UUID, job_id: str) -> dict:
@@ -108,7 +123,7 @@ def cancel_job(db: Database, settings: OperationSettings, caller: Principal, ins
         instance, gw, account, claims = _open(conn, settings, caller, instance_id, "scheduler.queue.cancel")
     job = gw.call("DELETE", f"/v1/jobs/{job_id}", claims)
     with db.transaction() as conn:
-        (shown,) = _as_jobs(conn, instance, account, [job])
+        shown = _one_job(conn, instance, account, job, job_id)
         audit.record(conn, caller, "scheduler.job.cancel", "job", _job_ref(instance, job_id),
                      after={"id": job_id, "state": job.get("state"), "runtime_user": job.get("user")},
                      context=audit.instance_context(instance))
