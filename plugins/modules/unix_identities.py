@@ -24,16 +24,22 @@ description:
   - With O(manage_keys=true) (a login host) C(~/.ssh/authorized_keys) (directory 0700, file 0600, both owned by
     the user) holds exactly the identity's O(identities[].ssh_keys) when O(identities[].login) is true, and
     does not exist otherwise. With O(manage_keys=false) no C(authorized_keys) is written, and one left there
-    is removed.
-  - Removing a user's C(authorized_keys) ends that user's sessions on the host. Its processes are killed,
-    except those below C(slurmstepd) (its Slurm jobs, which losing the login does not end).
-  - The module never writes through a symbolic link the user could have planted. C(~/.ssh) and
-    C(authorized_keys) are opened without following links, and a C(~/.ssh) that is not a directory is replaced
-    by one.
-  - Refused before anything changes, naming every problem, are a name or uid (or the group of that name or
-    gid) held by a user or group the platform does not manage, a uid held by another managed user that stays,
-    names not matching C(^[a-z][a-z0-9-]{0,31}$), uids outside 200000-2147483647, duplicate names or uids, and
-    SSH keys that are not a single public key line.
+    is removed. A managed user's C(~/.ssh/authorized_keys2) (which Debian's sshd reads too) is removed on every
+    host, as the platform never writes one.
+  - Removing a user's C(authorized_keys) (or, for a user without login, its C(authorized_keys2)) ends that
+    user's sessions on the host. Its processes are killed, except those below a C(slurmstepd) that root runs
+    (its Slurm jobs, which losing the login does not end).
+  - The user owns C(~/.ssh), and nothing they leave there stops a run or is followed. C(~/.ssh) and
+    C(authorized_keys) are opened without following links; a C(~/.ssh) that is not a directory is replaced by
+    one; whatever stands at C(authorized_keys) that is not a regular file (a directory tree, a fifo, a link) is
+    removed without following links; the new file is written under a random name and renamed into place; an
+    C(authorized_keys) over 1 MiB is not read, only rewritten.
+  - An identity whose name or uid (or the group of that name or gid) is held by a user or group the platform
+    does not manage, or whose uid is held by another managed user that stays, is refused. It is left as it is
+    (but a managed user of that name that lost its login still loses its C(authorized_keys)), everything else
+    is done, removals included, and then the module fails naming every refused identity.
+  - Refused before anything changes are names not matching C(^[a-z][a-z0-9-]{0,31}$), uids outside
+    200000-2147483647, duplicate names or uids, and SSH keys that are not a single public key line.
   - Uses C(groupadd), C(groupmod), C(groupdel), C(useradd), C(usermod) and C(userdel) (shadow's tools, as on
     Debian), run with argument lists, never through a shell.
 author:
@@ -88,8 +94,8 @@ options:
     default: "gpuaas "
 notes:
   - Supports check mode and diff mode. The diff shows every managed user with its uid, principal, whether
-    it holds an C(authorized_keys) (C(login)), how many keys that holds and a short digest of it; never the
-    keys themselves.
+    it holds an C(authorized_keys) (C(login)), how many keys that holds and a short digest of it, and
+    C(authorized_keys2) when it has one; never the keys themselves.
   - Killing a removed user's processes ends its Slurm job steps on this host; the scheduler side
     (M(gpuaas.apps.slurm_accounts)) cancels the jobs themselves.
 extends_documentation_fragment:
@@ -126,7 +132,8 @@ removed:
   elements: str
   sample: [bob-77c2]
 changed_users:
-  description: Users that stayed and changed (uid, group, home, shell, GECOS or C(authorized_keys)).
+  description: Users that stayed and changed (uid, group, home, shell, GECOS, C(authorized_keys) or
+    C(authorized_keys2)).
   returned: always
   type: list
   elements: str
@@ -139,6 +146,14 @@ sessions_ended:
   type: list
   elements: str
   sample: [carol-0b1d]
+refused:
+  description:
+    - Identities left as they are because their name, uid or gid is held by someone else (the module fails
+      naming each, after doing everything else).
+  returned: always
+  type: list
+  elements: str
+  sample: [dave-91e0]
 commands:
   description: The shadow tools' commands run (in check mode, those that would run).
   returned: always
@@ -149,6 +164,7 @@ commands:
 
 import base64  # noqa: E402 - Ansible modules import after their documentation
 import binascii  # noqa: E402
+import contextlib  # noqa: E402
 import errno  # noqa: E402
 import grp  # noqa: E402
 import hashlib  # noqa: E402
@@ -171,12 +187,18 @@ UID_MAX = 2147483647
 HOME_ROOT = "/home"
 SHELL = "/bin/bash"
 HOME_MODE = 0o700
-# Processes below this one are a Slurm job's: losing the login does not end them.
+# Processes below this one, when root runs it, are a Slurm job's: losing the login does not end them. (Anyone can
+# name a process slurmstepd; only Slurm starts it as root.)
 JOB_ANCESTOR = "slurmstepd"
 KILL_TIMEOUT = 10.0
 # What read_keys() gives for an authorized_keys that is a link or not a regular file: never equal to the bytes
 # the plan wants, so it is replaced (or removed).
 NOT_A_FILE = "(not a regular file)"
+# authorized_keys is read up to this size; a larger one is rewritten (the user owns ~/.ssh and can make it any size).
+KEYS_READ_MAX = 1024 * 1024
+TOO_LARGE = "(larger than 1 MiB)"
+# Debian's sshd also reads this one (AuthorizedKeysFile); the platform never writes it, so a managed user's goes.
+KEYS2 = "authorized_keys2"
 
 
 class User:
@@ -190,14 +212,16 @@ class Host:
     """The users, groups and authorized_keys the plan starts from.
 
     ``keys`` maps a user name to the bytes of its authorized_keys, or None when there is none; ``home_ok`` maps
-    it to whether /home/<name> is a directory the user owns. Both are read for the users that matter only.
+    it to whether /home/<name> is a directory the user owns; ``keys2`` holds the names that have an
+    authorized_keys2. All are read for the users that matter only.
     """
 
-    def __init__(self, users, groups, keys=None, home_ok=None):
+    def __init__(self, users, groups, keys=None, home_ok=None, keys2=()):
         self.users = dict((u.name, u) for u in users)
         self.groups = dict(groups)  # name -> gid
         self.keys = keys or {}
         self.home_ok = home_ok or {}
+        self.keys2 = set(keys2)
 
     def user_with_uid(self, uid, other_than):
         return next((u for u in self.users.values() if u.uid == uid and u.name != other_than), None)
@@ -285,14 +309,17 @@ class Plan:
         self.modify = {}  # name -> [usermod/groupmod steps]
         self.homes = []  # names whose /home/<name> must be made (or given back to the user)
         self.keys = {}  # name -> bytes to write, or None to remove
+        self.keys2 = []  # names whose authorized_keys2 goes
         self.end_sessions = []  # names whose processes end because their authorized_keys goes
+        self.refused = {}  # name -> why the identity is left as it is (a clash with what the platform does not own)
 
     def empty(self):
-        return not (self.remove or self.add or self.modify or self.homes or self.keys)
+        """Whether nothing is to change (refused identities change nothing)."""
+        return not (self.remove or self.add or self.modify or self.homes or self.keys or self.keys2)
 
     def changed_users(self):
         added = set(i["name"] for i in self.add)
-        return sorted((set(self.modify) | set(self.homes) | set(self.keys)) - added)
+        return sorted((set(self.modify) | set(self.homes) | set(self.keys) | set(self.keys2)) - added)
 
     def commands(self, host_groups, prefix):
         """The shadow tools' argument lists, in order (userdel after the user's processes are killed)."""
@@ -304,12 +331,10 @@ class Plan:
         return commands
 
 
-class Refused(Exception):
-    pass
-
-
 def plan(identities, host, manage_keys, prefix):
-    """The Plan that makes ``host`` equal to ``identities``; raises Refused naming every clash."""
+    """The Plan that makes ``host`` equal to ``identities``. An identity that clashes with a user or group the
+    platform does not manage (or with a managed user that stays) is refused, named in ``refused``, and left as
+    it is, but for its logins being revoked; every other change is planned, removals first."""
     managed = dict((n, u) for n, u in host.users.items() if u.gecos.startswith(prefix))
     wanted = dict((i["name"], i) for i in identities)
     result = Plan()
@@ -318,33 +343,20 @@ def plan(identities, host, manage_keys, prefix):
     # userdel removes the group of the user's name with its primary gid; another one stays.
     leaving_groups = set(u.name for u in result.remove if host.groups.get(u.name) == u.gid)
 
-    problems = []
     for ident in identities:
-        name, uid = ident["name"], ident["uid"]
-        user = host.users.get(name)
-        if user is not None and name not in managed:
-            problems.append("user %s exists and the platform does not manage it (its GECOS %r does not start "
-                            "with %r)" % (name, user.gecos, prefix))
-            continue
-        holder = host.user_with_uid(uid, other_than=name)
-        if holder is not None and holder.name not in leaving:
-            whose = "managed user %s, which the list gives another uid" % holder.name if holder.name in managed \
-                else "user %s, which the platform does not manage" % holder.name
-            problems.append("uid %d of %s is held by %s" % (uid, name, whose))
-        gid = host.groups.get(name)
-        own_group = user is not None and gid == user.gid
-        if gid is not None and gid != uid and not own_group:
-            problems.append("group %s exists with gid %d, not %d, and is not the primary group of a managed user "
-                            "of that name" % (name, gid, uid))
-        group_holder = host.group_with_gid(uid, other_than=name)
-        if group_holder is not None and group_holder not in leaving_groups:
-            problems.append("gid %d of %s is held by group %s" % (uid, name, group_holder))
-    if problems:
-        raise Refused("; ".join(problems))
+        problems = clashes(ident, host, managed, leaving, leaving_groups, prefix)
+        if problems:
+            result.refused[ident["name"]] = "; ".join(problems)
 
     for ident in identities:
-        name, uid = ident["name"], ident["uid"]
+        name = ident["name"]
         user = host.users.get(name)
+        desired = keys_text(ident.get("ssh_keys") or []) if manage_keys and ident.get("login") else None
+        if name in result.refused:
+            # Left as it is, but a managed user that lost its login loses it here too: a revocation never waits.
+            if name in managed:
+                plan_keys(result, name, host, None if desired is None else host.keys.get(name))
+            continue
         if user is None:
             result.add.append(ident)
         else:
@@ -353,13 +365,45 @@ def plan(identities, host, manage_keys, prefix):
                 result.modify[name] = steps
             if not host.home_ok.get(name, False):
                 result.homes.append(name)
-        current = host.keys.get(name) if user is not None else None
-        desired = keys_text(ident.get("ssh_keys") or []) if manage_keys and ident.get("login") else None
-        if current != desired:
-            result.keys[name] = desired
-            if desired is None:
-                result.end_sessions.append(name)
+        plan_keys(result, name, host, desired)
     return result
+
+
+def plan_keys(result, name, host, desired):
+    """Plans authorized_keys to hold ``desired`` (None: to be absent, ending sessions) and authorized_keys2 to go."""
+    current = host.keys.get(name)
+    if current != desired:
+        result.keys[name] = desired
+        if desired is None:
+            result.end_sessions.append(name)
+    if name in host.keys2:
+        result.keys2.append(name)
+        if desired is None and name not in result.end_sessions:
+            result.end_sessions.append(name)
+
+
+def clashes(ident, host, managed, leaving, leaving_groups, prefix):
+    """Why ``ident`` cannot be made on ``host`` (its name, uid or gid held by someone else), as messages."""
+    name, uid = ident["name"], ident["uid"]
+    user = host.users.get(name)
+    problems = []
+    if user is not None and name not in managed:
+        return ["user %s exists and the platform does not manage it (its GECOS %r does not start with %r)"
+                % (name, user.gecos, prefix)]
+    holder = host.user_with_uid(uid, other_than=name)
+    if holder is not None and holder.name not in leaving:
+        whose = "managed user %s, which the list gives another uid" % holder.name if holder.name in managed \
+            else "user %s, which the platform does not manage" % holder.name
+        problems.append("uid %d of %s is held by %s" % (uid, name, whose))
+    gid = host.groups.get(name)
+    own_group = user is not None and gid == user.gid
+    if gid is not None and gid != uid and not own_group:
+        problems.append("group %s exists with gid %d, not %d, and is not the primary group of a managed user "
+                        "of that name" % (name, gid, uid))
+    group_holder = host.group_with_gid(uid, other_than=name)
+    if group_holder is not None and group_holder not in leaving_groups:
+        problems.append("gid %d of %s is held by group %s" % (uid, name, group_holder))
+    return problems
 
 
 def modify_steps(ident, user, group_gid, prefix):
@@ -403,8 +447,8 @@ def add_steps(ident, host_groups, prefix):
 def key_summary(data):
     if data is None:
         return {"login": False, "keys": 0}
-    if data == NOT_A_FILE:
-        return {"login": True, "keys": NOT_A_FILE}
+    if data in (NOT_A_FILE, TOO_LARGE):
+        return {"login": True, "keys": data}
     count = len([line for line in data.decode("utf-8", "replace").splitlines() if line.strip()])
     return {"login": True, "keys": count, "keys_sha256": hashlib.sha256(data).hexdigest()[:12]}
 
@@ -413,22 +457,34 @@ def diff_before(host, prefix):
     users = {}
     for name, user in sorted(host.users.items()):
         if user.gecos.startswith(prefix):
-            view = {"uid": user.uid, "principal": principal_of(prefix, user.gecos)}
-            view.update(key_summary(host.keys.get(name)))
-            users[name] = view
+            users[name] = user_view(user.uid, principal_of(prefix, user.gecos), host.keys.get(name),
+                                    name in host.keys2)
     return {"users": users}
 
 
 def diff_after(identities, host, the_plan, prefix):
-    """What the plan leaves: every identity, its keys as the plan writes them or as they are."""
+    """What the plan leaves: every identity, its keys as the plan writes them or as they are; a refused one as
+    it is (if the platform manages a user of its name)."""
     users = {}
     for ident in identities:
         name = ident["name"]
         data = the_plan.keys[name] if name in the_plan.keys else host.keys.get(name)
-        view = {"uid": ident["uid"], "principal": ident["principal"]}
-        view.update(key_summary(data))
-        users[name] = view
+        keys2 = name in host.keys2 and name not in the_plan.keys2
+        if name not in the_plan.refused:
+            users[name] = user_view(ident["uid"], ident["principal"], data, keys2)
+            continue
+        user = host.users.get(name)
+        if user is not None and user.gecos.startswith(prefix):
+            users[name] = user_view(user.uid, principal_of(prefix, user.gecos), data, keys2)
     return {"users": dict(sorted(users.items()))}
+
+
+def user_view(uid, principal, keys, keys2):
+    view = {"uid": uid, "principal": principal}
+    view.update(key_summary(keys))
+    if keys2:
+        view[KEYS2] = True
+    return view
 
 
 # ---- this host ------------------------------------------------------------------------------------
@@ -445,6 +501,8 @@ def read_host(identities, prefix):
     for user in host.users.values():
         if user.name in host.home_ok or user.gecos.startswith(prefix):
             host.keys[user.name] = read_keys(user.name)
+            if has_keys2(user.name):
+                host.keys2.add(user.name)
     return host
 
 
@@ -470,13 +528,29 @@ def home_ok(name, uid, gid):
         os.close(fd)
 
 
-def read_keys(name):
-    """The bytes of /home/<name>/.ssh/authorized_keys; None when there is none (or only a link, not ours)."""
+def open_ssh(name):
+    """(fd of /home/<name>, fd of its .ssh), either None when missing, never through a link; close_fds() them."""
     home = open_dir(home_of(name))
     if home is None:
-        return None
+        return None, None
     try:
-        ssh = open_dir(".ssh", dir_fd=home)
+        return home, open_dir(".ssh", dir_fd=home)
+    except Exception:
+        os.close(home)
+        raise
+
+
+def close_fds(*fds):
+    for fd in fds:
+        if fd is not None:
+            os.close(fd)
+
+
+def read_keys(name):
+    """The bytes of /home/<name>/.ssh/authorized_keys; None when there is none, NOT_A_FILE for a link or anything
+    else that is not a regular file, TOO_LARGE for one over KEYS_READ_MAX (never read whole)."""
+    home, ssh = open_ssh(name)
+    try:
         if ssh is None:
             return None
         try:
@@ -490,17 +564,74 @@ def read_keys(name):
         try:
             if not stat.S_ISREG(os.fstat(fd).st_mode):
                 return NOT_A_FILE
-            chunks = []
-            while True:
+            chunks, size = [], 0
+            while size <= KEYS_READ_MAX:
                 chunk = os.read(fd, 65536)
                 if not chunk:
-                    break
+                    return b"".join(chunks)
                 chunks.append(chunk)
-            return b"".join(chunks)
+                size += len(chunk)
+            return TOO_LARGE
         finally:
             os.close(fd)
     finally:
-        os.close(home)
+        close_fds(ssh, home)
+
+
+def has_keys2(name):
+    """Whether anything (a file, a link, ...) is at /home/<name>/.ssh/authorized_keys2."""
+    home, ssh = open_ssh(name)
+    try:
+        if ssh is None:
+            return False
+        os.stat(KEYS2, dir_fd=ssh, follow_symlinks=False)
+        return True
+    except OSError as error:
+        if error.errno in (errno.ENOENT, errno.ENOTDIR):
+            return False
+        raise
+    finally:
+        close_fds(ssh, home)
+
+
+def remove_entry(name, dir_fd):
+    """Removes ``name`` in the directory ``dir_fd`` whatever it is (a directory with everything in it), never
+    following a link: every step is relative to a directory opened with O_NOFOLLOW. Iterative, holding one fd
+    per level of the directory being removed."""
+    # [(parent fd, name, fd of the entry once opened as a directory)]
+    todo = [(dir_fd, name, None)]
+    retries = 100  # an entry that changed meanwhile is looked at again, not forever (the user can race us)
+    try:
+        while todo:
+            parent, entry, fd = todo[-1]
+            try:
+                if fd is None:
+                    os.unlink(entry, dir_fd=parent)
+                else:
+                    os.rmdir(entry, dir_fd=parent)
+            except OSError as error:
+                if error.errno == errno.ENOENT:
+                    pass
+                elif fd is None and error.errno in (errno.EISDIR, errno.EPERM):
+                    opened = open_dir(entry, dir_fd=parent)
+                    if opened is None:  # not a directory (any more): unlink again
+                        retries -= 1
+                        if retries < 0:
+                            raise
+                        continue
+                    todo[-1] = (parent, entry, opened)
+                    todo.extend((opened, child.name, None) for child in os.scandir(opened))
+                    continue
+                elif fd is not None and error.errno in (errno.ENOTEMPTY, errno.EEXIST) and retries > 0:
+                    retries -= 1
+                    todo.extend((fd, child.name, None) for child in os.scandir(fd))  # filled meanwhile
+                    continue
+                else:
+                    raise
+            todo.pop()
+            close_fds(fd)
+    finally:
+        close_fds(*[fd for _parent, _entry, fd in todo])
 
 
 def make_home(name, uid, gid):
@@ -519,47 +650,70 @@ def make_home(name, uid, gid):
 
 
 def write_keys(name, uid, gid, data):
-    """Writes (``data`` bytes) or removes (None) /home/<name>/.ssh/authorized_keys without following links."""
-    home = open_dir(home_of(name))
-    if home is None:
-        if data is None:
-            return
-        raise OSError(errno.ENOENT, "the home directory %s is missing" % home_of(name))
+    """Writes (``data`` bytes) or removes (None) /home/<name>/.ssh/authorized_keys without following links;
+    whatever the user put there instead (a directory, a fifo, a link) goes."""
+    home, ssh = open_ssh(name)
     try:
-        ssh = open_dir(".ssh", dir_fd=home)
+        if home is None:
+            if data is None:
+                return
+            raise OSError(errno.ENOENT, "the home directory %s is missing" % home_of(name))
         if ssh is None:
             if data is None:
                 return
-            try:
-                os.unlink(".ssh", dir_fd=home)  # a link or a file where the directory belongs
-            except OSError as error:
-                if error.errno != errno.ENOENT:
-                    raise
+            remove_entry(".ssh", home)  # a link or a file where the directory belongs
             os.mkdir(".ssh", 0o700, dir_fd=home)
             ssh = open_dir(".ssh", dir_fd=home)
+            if ssh is None:
+                raise OSError(errno.ENOTDIR, "%s/.ssh changed while it was made" % home_of(name))
+        if data is None:
+            remove_entry("authorized_keys", ssh)
+            return
+        os.fchown(ssh, uid, gid)
+        os.fchmod(ssh, 0o700)
+        # The user owns the directory: a name they cannot guess, so that no file of theirs stops the write.
+        while True:
+            tmp = ".authorized_keys.gpuaas-%s" % binascii.hexlify(os.urandom(16)).decode("ascii")
+            try:
+                fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW, 0o600, dir_fd=ssh)
+                break
+            except OSError as error:
+                if error.errno != errno.EEXIST:
+                    raise
         try:
-            if data is None:
-                try:
-                    os.unlink("authorized_keys", dir_fd=ssh)
-                except OSError as error:
-                    if error.errno != errno.ENOENT:
-                        raise
-                return
-            os.fchown(ssh, uid, gid)
-            os.fchmod(ssh, 0o700)
-            tmp = ".authorized_keys.gpuaas-%d" % os.getpid()
-            fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW, 0o600, dir_fd=ssh)
             try:
                 os.fchown(fd, uid, gid)
                 os.fchmod(fd, 0o600)
-                os.write(fd, data)
+                view = memoryview(data)
+                while view:
+                    view = view[os.write(fd, view):]
             finally:
                 os.close(fd)
-            os.rename(tmp, "authorized_keys", src_dir_fd=ssh, dst_dir_fd=ssh)
-        finally:
-            os.close(ssh)
+            for _attempt in range(3):
+                try:
+                    os.rename(tmp, "authorized_keys", src_dir_fd=ssh, dst_dir_fd=ssh)
+                    break
+                except OSError as error:
+                    # a directory there (rename replaces anything else)
+                    if error.errno not in (errno.EISDIR, errno.ENOTEMPTY, errno.EEXIST) or _attempt == 2:
+                        raise
+                    remove_entry("authorized_keys", ssh)
+        except BaseException:
+            with contextlib.suppress(OSError):
+                os.unlink(tmp, dir_fd=ssh)
+            raise
     finally:
-        os.close(home)
+        close_fds(ssh, home)
+
+
+def remove_keys2(name):
+    """Removes /home/<name>/.ssh/authorized_keys2, whatever it is, without following links."""
+    home, ssh = open_ssh(name)
+    try:
+        if ssh is not None:
+            remove_entry(KEYS2, ssh)
+    finally:
+        close_fds(ssh, home)
 
 
 def read_processes(proc_root="/proc"):
@@ -584,13 +738,13 @@ def read_processes(proc_root="/proc"):
 
 
 def user_pids(processes, uid, spare_jobs):
-    """Pids running as ``uid``; with ``spare_jobs`` not those below slurmstepd."""
+    """Pids running as ``uid``; with ``spare_jobs`` not those below a slurmstepd that root runs."""
     def in_job(pid):
         seen = set()
         while pid in processes and pid not in seen:
             seen.add(pid)
-            ppid, name = processes[pid][0], processes[pid][1]
-            if name == JOB_ANCESTOR:
+            ppid, name, ruid, euid = processes[pid]
+            if name == JOB_ANCESTOR and ruid == 0 and euid == 0:
                 return True
             pid = ppid
         return False
@@ -638,8 +792,9 @@ class Tools:
 
 
 def apply(tools, the_plan, identities, host, prefix):
-    """Carries out ``the_plan``; returns the users whose sessions ended."""
-    ended = []
+    """Carries out ``the_plan``; returns the users whose sessions ended, and {name: why} for the users whose
+    authorized_keys could not be set (the others' are set all the same)."""
+    ended, failed = [], {}
     for args in the_plan.commands(host.groups, prefix):
         if args[0] == "userdel":
             user = host.users[args[-1]]
@@ -656,13 +811,20 @@ def apply(tools, the_plan, identities, host, prefix):
     # useradd -m leaves a home that was there (from an earlier user of that name) to its old owner.
     for name in the_plan.homes + [i["name"] for i in the_plan.add]:
         make_home(name, wanted[name]["uid"], wanted[name]["uid"])
-    for name in sorted(the_plan.keys):
-        uid = wanted[name]["uid"]
-        write_keys(name, uid, uid, the_plan.keys[name])
+    for name in sorted(set(the_plan.keys) | set(the_plan.keys2)):
+        # A refused identity keeps the uid it has.
+        uid = host.users[name].uid if name in the_plan.refused else wanted[name]["uid"]
+        try:
+            if name in the_plan.keys2:
+                remove_keys2(name)
+            if name in the_plan.keys:
+                write_keys(name, uid, uid, the_plan.keys[name])
+        except OSError as error:
+            failed[name] = "its authorized_keys could not be set: %s" % error
         # After the file went: a session cannot start again meanwhile.
         if name in the_plan.end_sessions and end_processes(uid, spare_jobs=True):
             ended.append(name)
-    return ended
+    return ended, failed
 
 
 def main():
@@ -687,11 +849,9 @@ def main():
     problems = check_params(identities, prefix)
     if problems:
         module.fail_json(msg="; ".join(problems))
-    try:
-        host = read_host(identities, prefix)
-        the_plan = plan(identities, host, manage_keys, prefix)
-    except Refused as refused:
-        module.fail_json(msg=str(refused))
+    host = read_host(identities, prefix)
+    the_plan = plan(identities, host, manage_keys, prefix)
+    refused = ["%s is refused and left as it is: %s" % (name, why) for name, why in sorted(the_plan.refused.items())]
     result = dict(
         changed=not the_plan.empty(),
         commands=[" ".join(args) for args in the_plan.commands(host.groups, prefix)],
@@ -699,25 +859,32 @@ def main():
         removed=[u.name for u in the_plan.remove],
         changed_users=the_plan.changed_users(),
         sessions_ended=list(the_plan.end_sessions) if module.check_mode else [],
+        refused=sorted(the_plan.refused),
         diff=dict(before=diff_before(host, prefix), after=diff_after(identities, host, the_plan, prefix)),
     )
     if the_plan.empty() or module.check_mode:
+        if refused:
+            module.fail_json(msg="; ".join(refused), **result)
         module.exit_json(**result)
 
     tools = Tools(module)
     try:
-        result["sessions_ended"] = apply(tools, the_plan, identities, host, prefix)
+        result["sessions_ended"], failed = apply(tools, the_plan, identities, host, prefix)
         after = read_host(identities, prefix)
         leftover = plan(identities, after, manage_keys, prefix)
-    except (OSError, RuntimeError, Refused) as error:
+    except (OSError, RuntimeError) as error:
         module.fail_json(msg="changing the users failed: %s" % error, commands=tools.done)
-    if not leftover.empty():
-        module.fail_json(msg="the changes were made but the host still differs for: %s"
-                             % ", ".join(sorted(set(leftover.changed_users()) | set(i["name"] for i in leftover.add)
-                                                | set(u.name for u in leftover.remove))),
-                         commands=tools.done)
     result["diff"]["after"] = diff_after(identities, after, leftover, prefix)
     result["commands"] = tools.done
+    # Refused and failed identities are named already; anything else the host still differs in is a fault.
+    known = set(the_plan.refused) | set(failed)
+    differs = (set(leftover.changed_users()) | set(i["name"] for i in leftover.add)
+               | set(u.name for u in leftover.remove)) - known
+    problems = refused + ["%s: %s" % (name, why) for name, why in sorted(failed.items())]
+    if differs:
+        problems.append("the changes were made but the host still differs for: %s" % ", ".join(sorted(differs)))
+    if problems:
+        module.fail_json(msg="; ".join(problems), **result)
     module.exit_json(**result)
 
 
