@@ -4,7 +4,8 @@ Runs as root on the Slurm controller (the role gpuaas.apps.slurm_gateway keeps i
 gpuaas-scheduler-gateway): `python3 gpuaas_scheduler_gateway.py /etc/gpuaas/scheduler-gateway.json`.
 Standard library only, so that it runs on any Debian host with python3.
 
-Every request carries an HS256 JWT signed with the instance's key. Jobs are submitted with sbatch as the
+Every request carries an HS256 JWT signed with the instance's key, used once (its jti is remembered until it
+expires). Jobs are submitted with sbatch as the
 token's `sub` (a platform identity: a Unix user with uid >= min_uid), so that Slurm's munge authentication and
 enforced associations decide what that user may do; the gateway itself only ever lets a caller see and act on
 jobs of the accounts its token names (any other job is answered 404). Reads and cancels run as root. Nothing
@@ -14,6 +15,7 @@ token or the key.
 
 import base64
 import hashlib
+import heapq
 import hmac
 import json
 import os
@@ -23,6 +25,7 @@ import socket
 import stat
 import subprocess
 import sys
+import threading
 import time
 import traceback
 from concurrent.futures import ThreadPoolExecutor
@@ -40,6 +43,7 @@ COMMAND_TIMEOUT = 30
 CANCEL_SETTLE = 2.0  # seconds a cancel waits for a running job to leave COMPLETING
 RESUME_SETTLE = 5.0  # seconds a resume waits for slurmctld to hear from the node again
 LIMIT_DEFAULT, LIMIT_MAX = 50, 500
+REPLAY_MAX = 100_000  # jtis remembered at once: about 300 tokens a second, each live for at most 330 s
 ACCOUNTING_WINDOW = "now-7days"
 
 NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.+-]{0,127}")  # job names
@@ -49,6 +53,15 @@ USER = re.compile(r"[a-z_][a-z0-9_-]{0,31}")
 JOB_ID = re.compile(r"[0-9]{1,10}")
 B64URL = re.compile(r"[A-Za-z0-9_-]*")
 PRINTABLE = re.compile(r"[^\x00-\x1f\x7f]*")
+JTI = re.compile(r"[\x21-\x7e]{1,128}")
+
+# A node's reason starts with its owner's word and a colon. The platform's own lifecycle (slurm_node, owner gpuaas)
+# drains and removes nodes as "gpuaas: <reason>"; tenants' drains through the gateway carry a prefix of their own,
+# "gpuaas-tenant:", so that neither can ever be taken for the other.
+REASON_OWNER = re.compile(r"([A-Za-z0-9_.-]+):")
+PLATFORM_OWNER = "gpuaas"
+TENANT_PREFIX = "gpuaas-tenant:"
+OUT_OF_SERVICE = frozenset(("drained", "draining", "down"))
 
 # Slurm's job states (squeue's State, sacct's first word of State) as the protocol's five.
 JOB_STATES = {
@@ -140,8 +153,9 @@ def verify_token(token, key, audience, now):
     """The claims of an HS256 JWT signed with ``key`` (bytes) for ``audience``, checked at time ``now``.
 
     Raises TokenError for anything but a well-formed, well-signed token within its lifetime (and issued at most
-    TOKEN_MAX_AGE seconds ago) whose iss is gpuaas and whose aud names this instance. The returned claims are
-    normalised: sub (str or None), accounts (list of str), node_operate (bool).
+    TOKEN_MAX_AGE seconds ago) whose iss is gpuaas, whose aud names this instance and that has a jti. The returned
+    claims are normalised: sub (str or None), accounts (list of str), node_operate (bool), jti (str) and until
+    (the last moment this function accepts the token: the jti need not be remembered after it).
     """
     if not token or len(token) > TOKEN_MAX_LENGTH:
         raise TokenError("no token")
@@ -168,6 +182,9 @@ def verify_token(token, key, audience, now):
         raise TokenError("the token has expired")
     if iat > now + CLOCK_SKEW or now - iat > TOKEN_MAX_AGE + CLOCK_SKEW:
         raise TokenError(f"the token was not issued in the last {TOKEN_MAX_AGE} s")
+    jti = claims.get("jti")
+    if not (isinstance(jti, str) and JTI.fullmatch(jti)):
+        raise TokenError("the token has no jti")
     sub = claims.get("sub")
     if sub is not None and not (isinstance(sub, str) and USER.fullmatch(sub)):
         raise TokenError("the token's sub is not a user name")
@@ -177,7 +194,34 @@ def verify_token(token, key, audience, now):
     node_operate = claims.get("node_operate", False)
     if not isinstance(node_operate, bool):
         raise TokenError("the token's node_operate is not a boolean")
-    return {"sub": sub, "accounts": [a.lower() for a in accounts], "node_operate": node_operate}
+    return {"sub": sub, "accounts": [a.lower() for a in accounts], "node_operate": node_operate, "jti": jti,
+            "until": min(exp, iat + TOKEN_MAX_AGE) + CLOCK_SKEW}
+
+
+class Replays:
+    """The jti of every token accepted, each until its token would be refused as expired anyway: a second use of a
+    jti is refused. In memory (a restart forgets them) and bounded: with REPLAY_MAX live ones, new tokens are
+    refused (503) rather than an older jti forgotten, which would let its token be replayed."""
+
+    def __init__(self, limit=REPLAY_MAX):
+        self.limit = limit
+        self._lock = threading.Lock()
+        self._seen = set()
+        self._expiries = []  # (until, jti), a heap: the soonest to expire first
+
+    def admit(self, jti, until, now):
+        with self._lock:
+            while self._expiries and self._expiries[0][0] < now:
+                self._seen.discard(heapq.heappop(self._expiries)[1])
+            if jti in self._seen:
+                raise TokenError("the token was used before (its jti is replayed)")
+            if len(self._seen) >= self.limit:
+                raise ApiError(503, "busy", "too many tokens in flight; retry in a minute")
+            self._seen.add(jti)
+            heapq.heappush(self._expiries, (until, jti))
+
+    def __len__(self):
+        return len(self._seen)
 
 
 # ---- Slurm's words --------------------------------------------------------------------------------------------
@@ -489,13 +533,44 @@ def list_query(query):
     return states, user, limit, int(before) if before else None
 
 
+def tenant_prefix(prefix):
+    """The prefix of tenants' drain reasons: an owner word and a colon, never the platform's own (whose lifecycle
+    reasons, "gpuaas: ...", could otherwise start with it). ValueError otherwise."""
+    match = REASON_OWNER.fullmatch(prefix) if isinstance(prefix, str) else None
+    if not match or match.group(1) == PLATFORM_OWNER:
+        raise ValueError(f"drain_prefix must be an owner word and a colon (such as {TENANT_PREFIX}) other than "
+                         f"{PLATFORM_OWNER}:, the platform's own lifecycle drains: {prefix!r}")
+    return prefix
+
+
 def drain_reason(reason, prefix):
     if reason is None:
         reason = "drained through the platform"
     if not isinstance(reason, str) or not reason.strip() or len(reason) > 256 or not PRINTABLE.fullmatch(reason):
         raise bad_request("reason must be 1-256 printable characters")
     reason = reason.strip()
-    return reason if reason.startswith(prefix) else f"{prefix} {reason}"
+    if reason.startswith(prefix):
+        reason = reason[len(prefix):].strip() or "drained through the platform"
+    return f"{prefix} {reason}"
+
+
+def held_by_another(node, prefix):
+    """Why ``node`` is someone else's to put back into service (a 409's message), or None: None when its reason is
+    the tenants' own (``prefix``) or when it has no reason and is in service. Any other reason, whatever the state,
+    and any drain or down without a reason (such as Slurm's not responding) belong to someone else."""
+    reason = node["reason"]
+    if reason and reason.startswith(prefix):
+        return None  # the tenants' own
+    if not reason and node["state"] not in OUT_OF_SERVICE:
+        return None  # in service
+    match = REASON_OWNER.match(reason or "")
+    word = match.group(1) if match else None
+    owner = f"the platform's own lifecycle ({PLATFORM_OWNER})" if word == PLATFORM_OWNER else (
+        word or node["_reason_by"] or "Slurm")
+    by = f", set by {node['_reason_by']}" if word and node["_reason_by"] else ""
+    why = f"the reason {reason!r}" if reason else "no reason"
+    return (f"{node['name']} is {node['state']} ({node['runtime_state']}) with {why}, owned by {owner}{by}; only "
+            f"drains and downs whose reason starts with {prefix} are the tenants' to drain again or resume")
 
 
 def feature_list(features):
@@ -515,7 +590,7 @@ class Gateway:
 
     def __init__(self, config):
         self.instance_id = config["instance_id"]
-        self.prefix = config.get("drain_prefix", "gpuaas:")
+        self.prefix = tenant_prefix(config.get("drain_prefix", TENANT_PREFIX))
         self.min_uid = int(config.get("min_uid", 200000))
         self.timeout = int(config.get("command_timeout", COMMAND_TIMEOUT))
         self.path = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
@@ -600,8 +675,9 @@ class Gateway:
             user = pwd.getpwnam(claims["sub"])
         except KeyError:
             user = None
-        if user is None or user.pw_uid < self.min_uid:
-            raise ApiError(403, "forbidden", f"{claims['sub']} is not a platform identity on this cluster")
+        if user is None or user.pw_uid < self.min_uid:  # core answers 409 identity_not_synced: the access sync is due
+            raise ApiError(403, "unknown_identity", f"{claims['sub']} is not a platform identity on this cluster (no "
+                           f"such user, or a uid below {self.min_uid})")
         if directory is None:
             directory = user.pw_dir if os.path.isdir(user.pw_dir) else "/tmp"  # noqa: S108 - the job's cwd
         # The job inherits this environment (sbatch's --export=ALL): the user's own, not the gateway's.
@@ -663,20 +739,16 @@ class Gateway:
             raise bad_request(f"unknown field for {action}: " + ", ".join(sorted(set(body) - allowed)))
         node = self.node(name)
         update = ["scontrol", "update", "nodename=" + name]
+        if action in ("drain", "resume"):
+            conflict = held_by_another(node, self.prefix)
+            if conflict:  # never overwrite or clear someone else's reason: the platform's, an admin's, Slurm's
+                raise ApiError(409, "conflict", conflict)
         if action == "drain":
-            reason = drain_reason(body.get("reason"), self.prefix)
-            if node["state"] in ("drained", "draining") and not (node["reason"] or "").startswith(self.prefix):
-                return 200, public_node(node)  # drained by someone else: their drain stays, with their reason
-            self.checked(update + ["state=drain", "reason=" + reason])
+            self.checked(update + ["state=drain", "reason=" + drain_reason(body.get("reason"), self.prefix)])
         elif action == "resume":
-            if node["state"] in ("drained", "draining"):
-                if not (node["reason"] or "").startswith(self.prefix):
-                    who, why = node["_reason_by"] or "someone", node["reason"] or "no reason"
-                    raise ApiError(409, "conflict", f"{name} was drained by {who} ({why}), not through the platform; "
-                                   f"only drains whose reason starts with {self.prefix} are resumed here")
-                self.checked(update + ["state=resume"])
-            elif node["state"] == "down":
-                self.checked(update + ["state=resume"])
+            if node["state"] not in OUT_OF_SERVICE:
+                return 200, public_node(node)  # in service, no reason: nothing to resume
+            self.checked(update + ["state=resume"])
         else:
             features = ",".join(feature_list(body.get("features")))
             self.checked(update + ["AvailableFeatures=" + features, "ActiveFeatures=" + features])
@@ -733,8 +805,9 @@ class Handler(BaseHTTPRequestHandler):
     sys_version = ""
     timeout = 60  # seconds an idle keep-alive connection is held
 
-    gateway = None  # set by serve()
+    gateway = None  # set by make_server()
     key = b""
+    replays = None  # a Replays, set by make_server()
 
     def log_message(self, format, *args):  # noqa: A002 - BaseHTTPRequestHandler's signature
         pass  # one line per request is written by answer()
@@ -791,8 +864,11 @@ class Handler(BaseHTTPRequestHandler):
         scheme, token = authorization.partition(" ")[::2]
         if scheme.lower() != "bearer":
             raise ApiError(401, "unauthorized", "a Bearer token is required")
+        now = time.time()
         try:
-            return verify_token(token.strip(), self.key, self.gateway.instance_id, time.time())
+            claims = verify_token(token.strip(), self.key, self.gateway.instance_id, now)
+            self.replays.admit(claims["jti"], claims["until"], now)  # only a verified token's jti is remembered
+            return claims
         except TokenError as error:
             raise ApiError(401, "unauthorized", str(error)) from error
 
@@ -849,7 +925,7 @@ def notify_ready():
 
 def make_server(config, key):
     listen, port = config.get("listen", "0.0.0.0"), int(config.get("port", 6830))  # noqa: S104 - the gateway port
-    handler = type("GatewayHandler", (Handler,), {"gateway": Gateway(config), "key": key})
+    handler = type("GatewayHandler", (Handler,), {"gateway": Gateway(config), "key": key, "replays": Replays()})
     server_class = ThreadingHTTPServer
     if ":" in listen:
         server_class = type("GatewayServer6", (ThreadingHTTPServer,), {"address_family": socket.AF_INET6})
@@ -864,7 +940,10 @@ def main(argv):
         return 2
     config = load_config(argv[1])
     key = read_key(config.get("key_file", "/etc/gpuaas/scheduler.key"))
-    server = make_server(config, key)
+    try:
+        server = make_server(config, key)
+    except ValueError as error:  # a setting the gateway refuses (drain_prefix)
+        raise SystemExit(f"{argv[1]}: {error}") from None
     address, port = server.server_address[:2]
     log(f"gpuaas scheduler gateway for instance {config['instance_id']} listening on {address} port {port}")
     notify_ready()

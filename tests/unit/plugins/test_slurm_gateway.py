@@ -12,9 +12,11 @@ import json
 import socket
 import threading
 import time
+import uuid
 from pathlib import Path
 
 import pytest
+from ansible_collections.gpuaas.apps.plugins.module_utils.slurm import owned_reason
 
 PROGRAM = Path(__file__).resolve().parents[3] / "roles/slurm_gateway/files/gpuaas_scheduler_gateway.py"
 _spec = importlib.util.spec_from_file_location("gpuaas_scheduler_gateway", PROGRAM)
@@ -31,8 +33,9 @@ def b64(data):
 
 
 def make_token(key=KEY, header=None, **claims):
-    """An HS256 JWT as the platform signs it (claims override the defaults; None drops one)."""
-    body = {"iss": "gpuaas", "aud": AUD, "iat": NOW, "exp": NOW + 60, "sub": "alice-3f9a", "accounts": ["research"]}
+    """An HS256 JWT as the platform signs it, with a jti of its own (claims override the defaults; None drops one)."""
+    body = {"iss": "gpuaas", "aud": AUD, "iat": NOW, "exp": NOW + 60, "jti": uuid.uuid4().hex, "sub": "alice-3f9a",
+            "accounts": ["research"]}
     body.update(claims)
     body = {k: v for k, v in body.items() if v is not None}
     head = b64(json.dumps(header or {"alg": "HS256", "typ": "JWT"}).encode())
@@ -45,10 +48,17 @@ def make_token(key=KEY, header=None, **claims):
 
 
 def test_a_valid_token_gives_its_normalised_claims():
-    claims = gw.verify_token(make_token(accounts=["Research", "ops"], node_operate=True), KEY, AUD, NOW + 10)
-    assert claims == {"sub": "alice-3f9a", "accounts": ["research", "ops"], "node_operate": True}
-    platform_read = gw.verify_token(make_token(sub=None, accounts=None), KEY, AUD, NOW)
-    assert platform_read == {"sub": None, "accounts": [], "node_operate": False}
+    claims = gw.verify_token(make_token(accounts=["Research", "ops"], node_operate=True, jti="j1"), KEY, AUD, NOW + 10)
+    assert claims == {"sub": "alice-3f9a", "accounts": ["research", "ops"], "node_operate": True, "jti": "j1",
+                      "until": NOW + 60 + gw.CLOCK_SKEW}
+    platform_read = gw.verify_token(make_token(sub=None, accounts=None, jti="j2"), KEY, AUD, NOW)
+    assert platform_read == {"sub": None, "accounts": [], "node_operate": False, "jti": "j2",
+                             "until": NOW + 60 + gw.CLOCK_SKEW}
+    # a long exp does not outlive the age limit on iat: the jti is remembered as long as the token is accepted
+    long_lived = gw.verify_token(make_token(exp=NOW + 3600), KEY, AUD, NOW)
+    assert long_lived["until"] == NOW + gw.TOKEN_MAX_AGE + gw.CLOCK_SKEW
+    with pytest.raises(gw.TokenError):
+        gw.verify_token(make_token(exp=NOW + 3600), KEY, AUD, long_lived["until"] + 1)
     assert gw.verify_token(make_token(aud=["other", AUD]), KEY, AUD, NOW)["sub"] == "alice-3f9a"
 
 
@@ -75,11 +85,38 @@ def test_a_valid_token_gives_its_normalised_claims():
         (make_token(accounts="research"), NOW, "accounts"),
         (make_token(accounts=["re search"]), NOW, "accounts"),
         (make_token(node_operate="yes"), NOW, "node_operate"),
+        (make_token(jti=None), NOW, "no jti"),
+        (make_token(jti=""), NOW, "no jti"),
+        (make_token(jti=7), NOW, "no jti"),
+        (make_token(jti="a b"), NOW, "no jti"),
+        (make_token(jti="x" * 129), NOW, "no jti"),
     ],
 )
 def test_tokens_the_gateway_refuses(token, now, why):
     with pytest.raises(gw.TokenError, match=why):
         gw.verify_token(token, KEY, AUD, now)
+
+
+def test_a_jti_is_accepted_once_until_its_token_expires():
+    replays = gw.Replays(limit=3)
+    replays.admit("a", NOW + 90, NOW)
+    with pytest.raises(gw.TokenError, match="used before"):
+        replays.admit("a", NOW + 90, NOW + 89)
+    replays.admit("b", NOW + 10, NOW)
+    replays.admit("c", NOW + 90, NOW)
+    # full of live jtis: a new token waits rather than an older jti being forgotten (and replayable)
+    with pytest.raises(gw.ApiError) as busy:
+        replays.admit("d", NOW + 90, NOW + 5)
+    assert busy.value.status == 503
+    with pytest.raises(gw.TokenError):
+        replays.admit("a", NOW + 90, NOW + 5)
+    # b expired: it is forgotten (its token is refused as expired anyway), which makes room
+    replays.admit("d", NOW + 90, NOW + 11)
+    assert len(replays) == 3
+    with pytest.raises(gw.TokenError):
+        replays.admit("c", NOW + 90, NOW + 11)
+    replays.admit("e", NOW + 200, NOW + 91)  # a, c and d expired
+    assert len(replays) == 1
 
 
 def test_a_payload_changed_after_signing_is_refused():
@@ -274,17 +311,72 @@ def test_list_queries():
 
 
 def test_node_operation_values():
-    assert gw.drain_reason("disk check", "gpuaas:") == "gpuaas: disk check"
-    assert gw.drain_reason("gpuaas: disk check", "gpuaas:") == "gpuaas: disk check"
-    assert gw.drain_reason(None, "gpuaas:").startswith("gpuaas: ")
+    prefix = gw.TENANT_PREFIX
+    assert gw.drain_reason("disk check", prefix) == "gpuaas-tenant: disk check"
+    assert gw.drain_reason("gpuaas-tenant: disk check", prefix) == "gpuaas-tenant: disk check"
+    assert gw.drain_reason("gpuaas-tenant:disk check", prefix) == "gpuaas-tenant: disk check"
+    assert gw.drain_reason("gpuaas: disk check", prefix) == "gpuaas-tenant: gpuaas: disk check"
+    assert gw.drain_reason(None, prefix).startswith("gpuaas-tenant: ")
     assert gw.feature_list(["a100", "nvlink", "a100"]) == ["a100", "nvlink"]
     assert gw.feature_list([]) == []
     for bad_reason in ("", "   ", "two\nlines", "x" * 257, 5):
         with pytest.raises(gw.ApiError):
-            gw.drain_reason(bad_reason, "gpuaas:")
+            gw.drain_reason(bad_reason, prefix)
     for bad_features in ("a100", ["a,b"], ["a100&b"], [1], ["x"] * 65):
         with pytest.raises(gw.ApiError):
             gw.feature_list(bad_features)
+
+
+# The platform's own lifecycle reasons, as slurm_node (module_utils/slurm.py) writes them.
+PLATFORM_REASONS = [owned_reason("gpuaas", "drained by gpuaas.apps"), owned_reason("gpuaas", "removed by gpuaas.apps")]
+
+
+def test_no_platform_reason_can_match_the_tenant_prefix():
+    assert gw.tenant_prefix(gw.TENANT_PREFIX) == "gpuaas-tenant:"
+    assert PLATFORM_REASONS == ["gpuaas: drained by gpuaas.apps", "gpuaas: removed by gpuaas.apps"]
+    assert not any(reason.startswith(gw.TENANT_PREFIX) for reason in PLATFORM_REASONS)
+    # a prefix any "gpuaas: ..." reason could start with is refused, and so the gateway does not start with it
+    for bad in ("gpuaas:", "gpuaas", "gpu", "", "gpuaas: ", "gpuaas: drained", "tenant", "a b:", None):
+        with pytest.raises(ValueError, match="drain_prefix"):
+            gw.tenant_prefix(bad)
+        if isinstance(bad, str):
+            with pytest.raises(ValueError):
+                gw.Gateway({"instance_id": AUD, "drain_prefix": bad})
+    assert gw.Gateway({"instance_id": AUD}).prefix == "gpuaas-tenant:"
+
+
+def sinfo_node(state, reason, by="root(0)"):
+    """One node as sinfo -N -O SINFO_FORMAT shows it (the words of real 22.05.8 output)."""
+    (node,) = gw.parse_sinfo(f"gpu01|{state}|2|1000|gpu:2|a100,test|gpu*|{by}|{reason}|\n")
+    return node
+
+
+@pytest.mark.parametrize(
+    "state, reason, by, owner",
+    [
+        ("idle+drain", PLATFORM_REASONS[0], "root(0)", "the platform's own lifecycle (gpuaas), set by root(0)"),
+        ("mixed+drain", PLATFORM_REASONS[0], "root(0)", "the platform's own lifecycle (gpuaas)"),
+        ("down+drain", PLATFORM_REASONS[1], "root(0)", "the platform's own lifecycle (gpuaas)"),
+        ("idle*+drain", PLATFORM_REASONS[1], "root(0)", "the platform's own lifecycle (gpuaas)"),
+        ("idle+drain", "admin: firmware", "root(0)", "admin, set by root(0)"),
+        ("down", "Not responding", "slurm(64030)", "slurm(64030)"),
+        ("idle*", "none", "Unknown", "Slurm"),
+        ("down", "none", "Unknown", "Slurm"),
+        ("idle", "admin: watch this one", "root(0)", "admin"),  # a reason on a node in service is still theirs
+    ],
+)
+def test_a_reason_of_anyone_else_is_not_the_tenants_to_drain_or_resume(state, reason, by, owner):
+    node = sinfo_node(state, reason, by)
+    conflict = gw.held_by_another(node, gw.TENANT_PREFIX)
+    assert conflict and owner in conflict and "gpu01" in conflict, conflict
+    assert (reason in conflict) == (reason != "none")
+
+
+@pytest.mark.parametrize("state", ["idle+drain", "mixed+drain", "down+drain", "idle*+drain", "down", "idle"])
+def test_the_tenants_own_reason_and_a_node_in_service_are_theirs(state):
+    assert gw.held_by_another(sinfo_node(state, "gpuaas-tenant: swap a DIMM"), gw.TENANT_PREFIX) is None
+    if gw.node_state(state)[0] not in gw.OUT_OF_SERVICE:
+        assert gw.held_by_another(sinfo_node(state, "none", "Unknown"), gw.TENANT_PREFIX) is None
 
 
 def test_slurm_refusal_words():
@@ -327,31 +419,60 @@ def fresh_token(**claims):
 
 
 def test_every_refusal_answers_the_error_shape(server, capfd):
-    token = fresh_token()
     cases = [
         (("GET", "/v1/jobs"), 401),
         (("GET", "/v1/jobs", "not-a-token"), 401),
         (("GET", "/v1/jobs", make_token()), 401),  # not issued in the last 300 s
-        (("GET", "/v1/nowhere", token), 404),
-        (("GET", "/v2/jobs", token), 404),
-        (("PUT", "/v1/jobs", token), 405),
-        (("GET", "/v1/jobs?limit=0", token), 400),
-        (("POST", "/v1/jobs", token, "{not json"), 400),
-        (("POST", "/v1/jobs", token, json.dumps({"name": "x", "script": "no shebang", "account": "research"})), 400),
+        (("GET", "/v1/nowhere", None), 404),
+        (("GET", "/v2/jobs", None), 404),
+        (("PUT", "/v1/jobs", None), 405),
+        (("GET", "/v1/jobs?limit=0", None), 400),
+        (("POST", "/v1/jobs", None, "{not json"), 400),
+        (("POST", "/v1/jobs", None, json.dumps({"name": "x", "script": "no shebang", "account": "research"})), 400),
         (("POST", "/v1/jobs", fresh_token(sub=None), json.dumps({"name": "x"})), 403),
-        (("POST", "/v1/jobs", token, json.dumps({"name": "x", "script": SCRIPT, "account": "ops"})), 403),
-        (("POST", "/v1/nodes/gpu01", token, json.dumps({"action": "drain"})), 403),
+        (("POST", "/v1/jobs", None, json.dumps({"name": "x", "script": SCRIPT, "account": "ops"})), 403),
+        (("POST", "/v1/nodes/gpu01", None, json.dumps({"action": "drain"})), 403),
         (("POST", "/v1/nodes/gpu01", fresh_token(node_operate=True), json.dumps({"action": "reboot"})), 400),
-        (("GET", "/v1/jobs/4711x", token), 404),
+        (("GET", "/v1/jobs/4711x", None), 404),
     ]
     for args, status in cases:
+        if args[2:3] == (None,):  # a fresh token for each call: each is used once
+            args = (*args[:2], fresh_token(), *args[3:])
         got, document = call(server, *args)
         assert got == status, (args[:2], document)
         assert set(document) == {"error"} and set(document["error"]) == {"code", "message"}, document
     # one line per request, never the token
+    token = fresh_token()
+    assert call(server, "GET", "/v1/nowhere", token)[0] == 404
     log = capfd.readouterr().err
     assert "GET /v1/jobs 401" in log and "sub=alice-3f9a" in log
     assert token not in log and token.split(".")[2] not in log
+
+
+def test_a_token_is_accepted_once_and_one_without_a_jti_never(server):
+    token = fresh_token()
+    assert call(server, "GET", "/v1/nowhere", token)[0] == 404  # accepted (answered past the token check)
+    for _ in range(2):
+        status, document = call(server, "GET", "/v1/nowhere", token)
+        assert status == 401 and "used before" in document["error"]["message"], document
+    status, document = call(server, "GET", "/v1/nowhere", fresh_token(jti=None))
+    assert status == 401 and "no jti" in document["error"]["message"]
+    # a token refused for another reason is not remembered: its signed twin is not taken for a replay
+    jti = uuid.uuid4().hex
+    assert call(server, "GET", "/v1/nowhere", make_token(jti=jti))[0] == 401  # not issued in the last 300 s
+    assert call(server, "GET", "/v1/nowhere", fresh_token(jti=jti))[0] == 404
+
+
+def test_a_sub_that_is_no_platform_identity_is_an_unknown_identity(server):
+    """No such Unix user, or one below the platform's uids (root): 403 unknown_identity, before sbatch is run
+    (core answers its 409 identity_not_synced)."""
+    body = json.dumps({"name": "x", "script": SCRIPT, "account": "research"})
+    for sub in (f"gw-nobody-{uuid.uuid4().hex[:6]}", "root"):
+        status, document = call(server, "POST", "/v1/jobs", fresh_token(sub=sub), body)
+        assert status == 403 and document["error"]["code"] == "unknown_identity", (sub, document)
+        assert sub in document["error"]["message"]
+    status, document = call(server, "POST", "/v1/jobs", fresh_token(sub=None), body)
+    assert status == 403 and document["error"]["code"] == "forbidden"
 
 
 def test_a_body_too_large_is_refused_before_it_is_read(server):

@@ -11,10 +11,12 @@ import http.client
 import importlib.util
 import json
 import os
+import re
 import subprocess
 import sys
 import time
 import uuid
+from functools import partial
 from pathlib import Path
 
 import live_ansible
@@ -38,8 +40,11 @@ def b64(data):
 
 
 def token(key=KEY, aud=None, age=0, lifetime=60, **claims):
+    """A token as the platform signs it: each with a jti of its own, so each may be used once."""
     now = int(time.time()) - age
-    body = {"iss": "gpuaas", "aud": aud or INSTANCE, "iat": now, "exp": now + lifetime, **claims}
+    body = {"iss": "gpuaas", "aud": aud or INSTANCE, "iat": now, "exp": now + lifetime, "jti": uuid.uuid4().hex,
+            **claims}
+    body = {k: v for k, v in body.items() if v is not None}
     head = b64(json.dumps({"alg": "HS256", "typ": "JWT"}).encode())
     payload = b64(json.dumps(body).encode())
     signature = b64(hmac.new(key.encode(), f"{head}.{payload}".encode(), hashlib.sha256).digest())
@@ -73,6 +78,8 @@ class Gateway:
         self.live, self.address, self.users, self.accounts = live, address, users, accounts
 
     def call(self, method, path, bearer=None, body=None):
+        """``bearer``: a token, or a function that signs a fresh one (a token is accepted once)."""
+        bearer = bearer() if callable(bearer) else bearer
         conn = http.client.HTTPConnection(self.address, PORT, timeout=60)
         try:
             headers = {"Authorization": f"Bearer {bearer}"} if bearer else {}
@@ -93,6 +100,9 @@ class Gateway:
         """(user, account, state) of a job as Slurm itself shows it."""
         out = self.live.run("squeue", "-h", "-t", "all", "-j", job_id, "-o", "%u|%a|%T").stdout.strip()
         return tuple(out.split("|")) if out else None
+
+    def node_state(self, name):
+        return next(n for n in self.call("GET", "/v1/nodes", token())[1]["items"] if n["name"] == name)["state"]
 
     def wait_for(self, job_id, state):
         deadline = time.monotonic() + 60
@@ -145,7 +155,7 @@ def gw_live(gateway):
     live, users = gateway.live, ",".join(gateway.users.values())
     for name in gateway.users.values():
         live.run("scancel", "--full", "-u", name, check=False)
-    if "DRAIN" in live.run("scontrol", "show", "-o", "node", live.node).stdout:
+    if re.search(r"State=\S*(DRAIN|DOWN|FAIL)", live.run("scontrol", "show", "-o", "node", live.node).stdout):
         live.run("scontrol", "update", f"nodename={live.node}", "state=resume", check=False)
     deadline = time.monotonic() + 30
     while live.run("squeue", "-h", "-u", users, "-t", "PD,R,CG", "-o", "%i").stdout.strip():
@@ -168,9 +178,13 @@ def test_only_a_valid_token_for_this_instance_is_accepted(gateway):
     status, health = gateway.call("GET", "/v1/health", good)
     assert status == 200 and health == {"ok": True, "runtime": "slurm", "version": "22.05.8"}
     for bad in (None, "not.a.token", token(key="another key of at least thirty-two chars"), token(aud="elsewhere"),
-                token(age=120, lifetime=60), token(age=400, lifetime=600)):
+                token(age=120, lifetime=60), token(age=400, lifetime=600), token(jti=None)):
         status, document = gateway.call("GET", "/v1/jobs", bad)
         assert status == 401 and document["error"]["code"] == "unauthorized", document
+    # each token is used once: the same token again (a replay) is refused, a fresh one is not
+    status, document = gateway.call("GET", "/v1/health", good)
+    assert status == 401 and "used before" in document["error"]["message"], document
+    assert gateway.call("GET", "/v1/health", token())[0] == 200
     log = gateway.live.run("journalctl", "-u", "gpuaas-scheduler-gateway", "--no-pager", "-o", "cat").stdout
     assert "GET /v1/health 200" in log and "GET /v1/jobs 401" in log
     assert KEY not in log and good.split(".")[2] not in log
@@ -207,11 +221,12 @@ def test_a_job_runs_as_its_user_in_its_account_and_slurm_refuses_another_account
     # a Slurm refusal that is not about the association: 502 with Slurm's words
     status, refused = gw_live.submit(alice, mine, resources={"partition": "nosuch"})
     assert status == 502 and "Invalid partition" in refused["error"]["message"], refused
-    # no such user, a user below the platform's uids, no sub at all
-    for sub in ("gw-nobody", gw_live.users["low"], None):
+    # no such user or a user below the platform's uids: unknown_identity (core's identity_not_synced); no sub at all
+    for sub, code in (("gw-nobody", "unknown_identity"), (gw_live.users["low"], "unknown_identity"),
+                      (None, "forbidden")):
         status, refused = gw_live.call("POST", "/v1/jobs", token(sub=sub, accounts=[mine]),
                                        {"name": "x", "script": SCRIPT, "account": mine})
-        assert status == 403, (sub, refused)
+        assert status == 403 and refused["error"]["code"] == code, (sub, refused)
     assert bob not in gw_live.live.run("squeue", "-h", "-o", "%u").stdout
 
 
@@ -220,7 +235,7 @@ def test_lists_show_only_the_claimed_accounts_newest_first_and_page(gw_live):
     mine, theirs = gw_live.accounts["alice"], gw_live.accounts["bob"]
     own = [gw_live.submit(alice, mine, name=f"live-job-{n}")[1]["id"] for n in range(5)]
     other = gw_live.submit(bob, theirs)[1]["id"]
-    reader = token(accounts=[mine])  # a platform read: no sub
+    reader = partial(token, accounts=[mine])  # a platform read: no sub
 
     status, listed = gw_live.call("GET", "/v1/jobs", reader)
     assert status == 200
@@ -257,7 +272,7 @@ def test_get_and_cancel_answer_404_outside_the_claimed_accounts(gw_live):
     mine, theirs = gw_live.accounts["alice"], gw_live.accounts["bob"]
     job = gw_live.submit(alice, mine)[1]["id"]
     other = gw_live.submit(bob, theirs)[1]["id"]
-    holder = token(sub=alice, accounts=[mine])
+    holder = partial(token, sub=alice, accounts=[mine])
 
     status, got = gw_live.call("GET", f"/v1/jobs/{job}", holder)
     assert status == 200 and got["id"] == job and got["user"] == alice
@@ -309,7 +324,7 @@ def test_nodes_drain_resume_with_the_prefix_rule_and_features(gw_live):
     assert gpu01["cpus"] == 2 and gpu01["memory_mb"] == 1000 and gpu01["gpus"] == 2
     assert gpu01["features"] == ["a100", "test"] and gpu01["partitions"] == ["gpu", "debug"]
 
-    operator = token(node_operate=True)
+    operator = partial(token, node_operate=True)
     path = f"/v1/nodes/{node}"
     status, refused = gw_live.call("POST", path, token(), {"action": "drain", "reason": "x"})
     assert status == 403
@@ -318,19 +333,39 @@ def test_nodes_drain_resume_with_the_prefix_rule_and_features(gw_live):
         assert status == 404, (name, refused)
 
     status, drained = gw_live.call("POST", path, operator, {"action": "drain", "reason": "disk check"})
-    assert status == 200 and drained["state"] == "drained" and drained["reason"] == "gpuaas: disk check"
-    assert "Reason=gpuaas: disk check" in live.run("scontrol", "show", "-o", "node", node).stdout
+    assert status == 200 and drained["state"] == "drained" and drained["reason"] == "gpuaas-tenant: disk check"
+    assert "Reason=gpuaas-tenant: disk check" in live.run("scontrol", "show", "-o", "node", node).stdout
+    status, again = gw_live.call("POST", path, operator, {"action": "drain", "reason": "swap a DIMM"})
+    assert status == 200 and again["reason"] == "gpuaas-tenant: swap a DIMM"  # the tenants' own drain: theirs
     status, resumed = gw_live.call("POST", path, operator, {"action": "resume"})
     assert status == 200 and resumed["state"] == "idle" and resumed["reason"] is None
+    # a node in service without a reason: resume leaves it as it is
+    status, unchanged = gw_live.call("POST", path, operator, {"action": "resume"})
+    assert status == 200 and unchanged["state"] == "idle" and unchanged["reason"] is None
 
-    # someone else's drain: resume refuses and says who; a drain keeps theirs
-    live.run("scontrol", "update", f"nodename={node}", "state=drain", "reason=admin: firmware")
-    status, refused = gw_live.call("POST", path, operator, {"action": "resume"})
-    assert status == 409 and "root" in refused["error"]["message"] and "admin: firmware" in refused["error"]["message"]
-    status, kept = gw_live.call("POST", path, operator, {"action": "drain", "reason": "ours"})
-    assert status == 200 and kept["reason"] == "admin: firmware"
-    assert "DRAIN" in live.run("scontrol", "show", "-o", "node", node).stdout
-    live.run("scontrol", "update", f"nodename={node}", "state=resume")
+    def held(state, reason, owner):
+        """The node drained or down under someone else's reason: resume and drain answer 409 naming its owner,
+        and the reason stays."""
+        live.run("scontrol", "update", f"nodename={node}", f"state={state}", f"reason={reason}")
+        for body in ({"action": "resume"}, {"action": "drain", "reason": "ours"}):
+            status, refused = gw_live.call("POST", path, operator, body)
+            assert status == 409 and refused["error"]["code"] == "conflict", (state, reason, body, refused)
+            assert refused["error"]["message"].startswith(f"{node} is {'down' if state == 'fail' else 'drained'} ")
+            assert owner in refused["error"]["message"] and reason in refused["error"]["message"], refused
+            shown = live.run("scontrol", "show", "-o", "node", node).stdout
+            assert f"Reason={reason} [" in shown and re.search(f"State=\\S*{state.upper()}", shown), shown
+        live.run("scontrol", "update", f"nodename={node}", "state=resume")
+        deadline = time.monotonic() + 30  # not responding until slurmd answers slurmctld's next ping
+        while gw_live.node_state(node) != "idle":
+            assert time.monotonic() < deadline, live.run("scontrol", "show", "-o", "node", node).stdout
+            time.sleep(0.2)
+
+    # the platform's own lifecycle drains (slurm_node's reasons), an admin's drain, a failing node (the protocol's
+    # down: a plain DOWN does not stay here, ReturnToService=2 puts it back as soon as slurmd answers)
+    held("drain", "gpuaas: drained by gpuaas.apps", "the platform's own lifecycle (gpuaas)")
+    held("drain", "gpuaas: removed by gpuaas.apps", "the platform's own lifecycle (gpuaas)")
+    held("drain", "admin: firmware", "admin, set by root")
+    held("fail", "admin: ECC errors", "admin, set by root")
 
     try:
         status, changed = gw_live.call("POST", path, operator, {"action": "features", "features": ["a100", "nvlink"]})
