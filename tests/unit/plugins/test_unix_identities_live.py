@@ -127,13 +127,17 @@ def test_lost_login_ends_sessions_but_not_jobs(host, keys, live_slurm):
         wait_for(lambda: host.run("squeue", "-h", "-j", job, "-o", "%T").stdout.strip() == "RUNNING", "the job")
         wait_for(lambda: any("sleep 300" in a for a in pids_of(host, ALICE).values()), "the SSH session")
         wait_for(lambda: any("sleep 301" in a for a in pids_of(host, ALICE).values()), "the job's process")
+        # a process of the user's own named slurmstepd spares nothing
+        host.run("cp", "/bin/sleep", "/tmp/slurmstepd")
+        host.run("runuser", "-u", ALICE, "--", "sh", "-c", "setsid /tmp/slurmstepd 303 >/dev/null 2>&1 &")
+        wait_for(lambda: any("slurmstepd 303" in a for a in pids_of(host, ALICE).values()), "the fake slurmstepd")
 
         lost = identities(host, [ident(ALICE, 200101, login=False, ssh_keys=[keys["one"][1]])], diff=True)
         assert lost["changed"] is True and lost["sessions_ended"] == [ALICE], lost
         assert lost["diff"]["after"]["users"][ALICE]["login"] is False
         assert session.wait(timeout=30) == 255  # the connection ended
         left = pids_of(host, ALICE).values()
-        assert not any("sleep 300" in a or "sshd" in a for a in left), left
+        assert not any("sleep 300" in a or "sshd" in a or "slurmstepd 303" in a for a in left), left
         assert any("sleep 301" in a for a in left), left  # the job runs on
         assert host.run("squeue", "-h", "-j", job, "-o", "%T").stdout.strip() == "RUNNING"
         assert ssh(host, ALICE, keys["one"][0]).returncode == 255
@@ -159,21 +163,36 @@ def test_removed_users_lose_their_processes_and_home(host):
     assert identities(host, [ident(ALICE, 200101), ident("live-carol", 200102)], manage_keys=False)["changed"]
 
 
-def test_users_and_groups_of_someone_else_are_refused_and_nothing_changes(host):
+def test_users_and_groups_of_someone_else_refuse_those_identities_alone(host, keys):
+    """A clash (an LDAP user's uid, say) refuses that identity; everyone else's changes, removals and lost
+    logins included, are made, and then the task fails naming the refused ones."""
+    assert identities(host, [ident(BOB, 200102), ident("live-dave", 200103, login=True, ssh_keys=[keys["one"][1]])]
+                      )["added"] == [BOB, "live-dave"]
     host.run("useradd", "-u", "200150", "-c", "A site user", "-m", "site-user")
     host.made_by_hand.append("site-user")
     host.run("groupadd", "-g", "200151", "site-group")
     try:
-        refused = identities(host, [ident(ALICE, 200101), ident("site-user", 200160), ident(BOB, 200150),
-                                    ident("live-carol", 200151)])
+        refused = identities(host, [ident(ALICE, 200101), ident("site-user", 200160), ident("live-erin", 200150),
+                                    ident("live-dave", 200151)])
         assert refused.get("failed")
-        for expected in ("user site-user exists and the platform does not manage it (its GECOS 'A site user'",
-                         f"uid 200150 of {BOB} is held by user site-user, which the platform does not manage",
-                         "gid 200151 of live-carol is held by group site-group"):
+        for expected in ("site-user is refused and left as it is: user site-user exists and the platform does "
+                         "not manage it (its GECOS 'A site user'",
+                         "live-erin is refused and left as it is: uid 200150 of live-erin is held by user "
+                         "site-user, which the platform does not manage",
+                         "live-dave is refused and left as it is: gid 200151 of live-dave is held by group "
+                         "site-group"):
             assert expected in refused["msg"], refused["msg"]
-        assert host.run("getent", "passwd", ALICE, check=False).returncode == 2  # refused before anything changed
+        assert refused["refused"] == ["live-dave", "live-erin", "site-user"]
+        assert refused["added"] == [ALICE] and refused["removed"] == [BOB]
+        assert host.run("getent", "passwd", ALICE).returncode == 0
+        assert host.run("getent", "passwd", BOB, check=False).returncode == 2  # removed all the same
+        assert host.run("getent", "passwd", "live-erin", check=False).returncode == 2
+        # live-dave keeps its uid but, without login, no longer its keys
+        assert host.run("id", "-u", "live-dave").stdout.strip() == "200103"
+        assert host.run("test", "-e", "/home/live-dave/.ssh/authorized_keys", check=False).returncode == 1
+        assert refused["sessions_ended"] == [] and refused["changed"] is True
         # a GECOS that is not the platform's: an empty list leaves site-user alone
-        assert identities(host, [])["changed"] is False
+        assert identities(host, [])["removed"] == [ALICE, "live-dave"]
         assert host.run("getent", "passwd", "site-user").returncode == 0
     finally:
         host.run("groupdel", "site-group", check=False)
@@ -215,6 +234,27 @@ def test_links_a_user_plants_are_not_followed(host, keys):
     assert identities(host, wanted, manage_keys=False)["changed"] is True
     assert host.run("test", "-L", f"/home/{ALICE}/.ssh/authorized_keys", check=False).returncode == 1
     assert host.run("sha256sum", "/etc/shadow").stdout == shadow
+
+
+def test_what_a_user_leaves_in_ssh_does_not_stop_the_sync(host, keys):
+    wanted = [ident(ALICE, 200101, login=True, ssh_keys=[keys["one"][1]])]
+    assert identities(host, wanted)["changed"] is True
+    shadow = host.run("sha256sum", "/etc/shadow").stdout
+    # a directory tree at authorized_keys (a link to /etc inside), and keys of the user's own in authorized_keys2
+    host.run("runuser", "-u", ALICE, "--", "sh", "-c",
+             f"cd /home/{ALICE}/.ssh && rm authorized_keys && mkdir -p authorized_keys/sub && "
+             f"ln -s /etc authorized_keys/sub/etc && ln -s /etc/shadow authorized_keys/shadow && "
+             f"mkfifo authorized_keys/fifo && echo '{keys['two'][1]}' > authorized_keys2")
+    assert ssh(host, ALICE, keys["two"][0]).returncode == 0  # sshd reads authorized_keys2
+    fixed = identities(host, wanted, diff=True)
+    assert not fixed.get("failed") and fixed["changed_users"] == [ALICE], fixed
+    assert fixed["diff"]["before"]["users"][ALICE]["authorized_keys2"] is True
+    assert host.run("stat", "-c", "%F", f"/home/{ALICE}/.ssh/authorized_keys").stdout.strip() == "regular file"
+    assert host.run("test", "-e", f"/home/{ALICE}/.ssh/authorized_keys2", check=False).returncode == 1
+    assert host.run("sha256sum", "/etc/shadow").stdout == shadow
+    assert ssh(host, ALICE, keys["one"][0]).returncode == 0
+    assert ssh(host, ALICE, keys["two"][0]).returncode == 255
+    assert identities(host, wanted)["changed"] is False
 
 
 def test_drift_and_a_home_left_behind_are_set_back(host):
