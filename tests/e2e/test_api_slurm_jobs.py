@@ -211,9 +211,9 @@ def test_a_node_is_drained_and_resumed_through_the_nodes_routes(world):
     (node,) = d.sa.get(f"{hpc}/nodes")["items"]
     assert node["name"] == "w1" and node["state"] in ("idle", "mixed", "allocated")
     drained = d.sa.post(f"{hpc}/nodes/w1/drain", {"reason": "swap a DIMM"})
-    assert drained["state"] in ("drained", "draining") and drained["reason"] == "gpuaas: swap a DIMM"
-    assert d.slurm("sinfo --noheader --Node --format='%t|%E' --nodes=w1") in ("drain|gpuaas: swap a DIMM",
-                                                                             "drng|gpuaas: swap a DIMM")
+    assert drained["state"] in ("drained", "draining") and drained["reason"] == "gpuaas-tenant: swap a DIMM"
+    assert d.slurm("sinfo --noheader --Node --format='%t|%E' --nodes=w1") in ("drain|gpuaas-tenant: swap a DIMM",
+                                                                             "drng|gpuaas-tenant: swap a DIMM")
     # A drain someone else set on the cluster is theirs to lift.
     resumed = d.sa.post(f"{hpc}/nodes/w1/resume")
     assert resumed["state"] == "idle", resumed
