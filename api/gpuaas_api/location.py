@@ -24,10 +24,11 @@ LOCATIONS: dict[str, str] = {
     "allocations_create": "/v1/allocations/{id}",
     "instances_create": "/v1/instances/{id}",
     "content_put": "/v1/content/{digest}",
+    "jobs_submit": "/v1/instances/{instance_id}/jobs/{id}",
     **{op: OPERATION for op in (
         "instances_deploy", "instances_reconfigure", "instances_upgrade", "instances_rollback",
         "instances_decommission", "instances_refresh", "members_add", "members_drain", "members_resume",
-        "members_remove", "members_replace", "operations_cancel")},
+        "members_remove", "members_replace", "operations_cancel", "instances_access_sync")},
 }
 
 

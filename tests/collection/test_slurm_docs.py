@@ -20,7 +20,7 @@ READ = {m for path in SOURCES for m in re.findall(r"\b((?:slurm|gpuaas|munge)_[a
 SET_BY_PLAYBOOKS = {"slurm_drain_missing_ok", "slurm_controller_nodes_add", "slurm_controller_nodes_remove",
                     "slurm_controller_check_nodes", "slurm_controller_check_timeout", "slurm_controller_check_run_job",
                     "gpuaas_host_info", "munge_hand_over", "munge_file_set", "slurm_worker_munge",
-                    "slurm_controller_munge", "slurm_join_named"}
+                    "slurm_controller_munge", "slurm_join_named", "slurm_access_hosts"}
 INTERNAL = {"slurm_preflight_hosts_by_name"}
 
 

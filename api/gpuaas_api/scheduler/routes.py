@@ -11,10 +11,12 @@ from fastapi import Query
 from .. import docs, errors
 from ..common import Cursor, Limit, Page
 from ..deps import DB, Caller, RunSettings, router
+from ..location import LocatedRoute
 from . import service
 from .schemas import Job, JobId, JobState, JobSubmit, Node, NodeDrain, NodeFeatures, NodeList, NodeName
 
 api = router("scheduler")
+api.route_class = LocatedRoute  # Location on a submit's 201 (gpuaas_api.location)
 _SERVED = ("no_scheduler", "instance_not_operable", "scheduler_unavailable", "scheduler_refused",
            "identity_not_synced")
 
@@ -50,7 +52,7 @@ def get_job(instance_id: UUID, job_id: JobId, caller: Caller, db: DB, settings: 
 
 
 @api.post("/v1/instances/{instance_id}/jobs/{job_id}/cancel", operation_id="jobs_cancel", response_model=Job,
-          status_code=202, responses=errors.responses(*_SERVED))
+          responses=errors.responses(*_SERVED))
 def cancel_job(instance_id: UUID, job_id: JobId, caller: Caller, db: DB, settings: RunSettings):
     """Cancel a job of your project (`scheduler.queue.cancel`); 404 for a job of any other account. Answers the
     job as the runtime shows it right after."""

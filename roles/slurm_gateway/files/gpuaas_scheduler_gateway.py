@@ -1,3 +1,5 @@
+# Copyright: gpuaas.apps developers
+# Apache License 2.0 (see https://www.apache.org/licenses/LICENSE-2.0)
 """The platform's scheduler gateway for Slurm: the gateway protocol of docs/scheduler.md over HTTP and JSON.
 
 Runs as root on the Slurm controller (the role gpuaas.apps.slurm_gateway keeps it as the systemd unit
