@@ -8,7 +8,6 @@ own state on the hosts.
 
 from __future__ import annotations
 
-import shutil
 import subprocess
 import time
 import uuid
@@ -17,11 +16,9 @@ import pytest
 from cryptography.hazmat.primitives import serialization
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 from gpuaas_api.demo import TEST_HOST_PARAMETERS, ApiError, Demo
+from operations.helpers import wait_for
 
 pytestmark = [pytest.mark.hosts, pytest.mark.slow]
-
-if not shutil.which("podman"):
-    pytest.skip("needs podman: run `make test` (scripts/setup.sh installs it)", allow_module_level=True)
 
 LONG = "#!/bin/sh\nsleep 600\n"
 
@@ -56,7 +53,7 @@ def world(tmp_path_factory):
         deploys = [(api, api.post(f"/v1/instances/{d.ids[name]}/deploy")) for api, name in ((d.sa, "hpc"),
                                                                                            (d.vision, "vis"))]
         for api, op in deploys:
-            done = wait(lambda api=api, op=op: _finished(api, op["id"]), 900, "the deploys")
+            done = wait_for(lambda api=api, op=op: _finished(api, op["id"]), 900, 0.5, "the deploys")
             assert done["status"] == "succeeded", (done["error"], done.get("failed_hosts"))
         d.lines = lines
         yield d
@@ -79,16 +76,6 @@ def _second_project_capacity(d: Demo) -> None:
 def _finished(api, op_id: str) -> dict | None:
     op = api.get(f"/v1/operations/{op_id}")
     return op if op["status"] in ("succeeded", "failed", "canceled") else None
-
-
-def wait(predicate, timeout: float, what: str, interval: float = 0.5):
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        value = predicate()
-        if value:
-            return value
-        time.sleep(interval)
-    raise AssertionError(f"timed out after {timeout}s waiting for {what}")
 
 
 def squeue(d: Demo, host: str = "ctl") -> dict[str, dict]:
@@ -131,8 +118,8 @@ def test_each_projects_service_account_submits_lists_and_cancels_its_own_jobs(wo
 
     cancelled = d.sa.post(f"{hpc}/jobs/{mine['id']}/cancel")
     assert cancelled["id"] == mine["id"]
-    wait(lambda: squeue(d).get(mine["id"], {"state": "CANCELLED"})["state"] in ("CANCELLED", "COMPLETING"), 2,
-         "the cancel to show in squeue", 0.1)
+    wait_for(lambda: squeue(d).get(mine["id"], {"state": "CANCELLED"})["state"] in ("CANCELLED", "COMPLETING"), 2,
+             0.1, "the cancel to show in squeue")
     assert d.sa.get(f"{hpc}/jobs/{mine['id']}")["state"] == "cancelled"
     assert squeue(d)[root_job]["state"] in ("PENDING", "RUNNING")  # untouched
     d.slurm(f"scancel {root_job}")
@@ -174,7 +161,7 @@ def test_a_person_with_access_logs_in_uses_slurm_natively_and_is_locked_out_once
     key_file.chmod(0o600)
     public = key.public_key().public_bytes(serialization.Encoding.OpenSSH, serialization.PublicFormat.OpenSSH)
     alice_api.post("/v1/me/ssh-keys", {"name": "laptop", "public_key": public.decode() + " alice@laptop"})
-    wait(lambda: syncs_settled(d, d.sa, "hpc"), 300, "the access syncs", 1)
+    wait_for(lambda: syncs_settled(d, d.sa, "hpc"), 300, 1, "the access syncs")
     access = alice_api.get(f"{hpc}/access")
     assert access["synced"] and access["account"] == "research" and access["ssh_keys"] == 1
     (login,) = access["login_hosts"]
@@ -192,7 +179,7 @@ def test_a_person_with_access_logs_in_uses_slurm_natively_and_is_locked_out_once
     assert shown["owner"] == {"kind": "user", "id": alice} and shown["project_id"] == d.ids["project"]
 
     d.admin.call("DELETE", f"/v1/role-bindings/{binding['id']}", expect=(204,))
-    wait(lambda: syncs_settled(d, d.sa, "hpc"), 300, "the revoking access sync", 1)
+    wait_for(lambda: syncs_settled(d, d.sa, "hpc"), 300, 1, "the revoking access sync")
     refused = ssh(d, key_file, access["username"], login["address"], "true")
     assert refused.returncode != 0
     assert subprocess.run(["podman", "exec", d.hosts["ctl"]["container"], "id", access["username"]],
