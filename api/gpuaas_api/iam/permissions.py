@@ -23,6 +23,8 @@ APPS_INSTANCE_ALL = frozenset({
 # Logging in to an instance's login hosts as one's runtime identity, with one's own SSH keys (docs/scheduler.md):
 # people only, so no service account role holds it.
 LOGIN = frozenset({"apps.instance.access"})
+# App-runtime usage records (docs/metering.md): who was charged for what.
+USAGE = frozenset({"usage.read"})
 PROJECT_READ = frozenset({
     "iam.project.read", "apps.catalog.read", "apps.instance.read", "allocations.read",
     "policy.entitlement.read", "policy.overlay.read",
@@ -62,10 +64,12 @@ ROLES: dict[str, Role] = {r.name: r for r in [
          PROJECT_READ | APPS_INSTANCE_ALL | SCHEDULER_ALL | SERVICE_ACCOUNT_ADMIN | LOGIN | frozenset({
              "iam.tenant.read", "iam.project.create", "iam.user.create", "iam.user.read",
              "iam.token.create", "iam.token.read", "policy.overlay.write", "audit.read",
-         })),
+             # a tenant-shared runtime (docs/tenant-shared.md): create it, attach projects, grant cross-project use
+             "apps.shared_runtime.manage",
+         }) | USAGE),
     Role("project_admin", "project", "user",
          "Manages app instances, topology, service accounts and overlays inside one project.",
-         PROJECT_READ | APPS_INSTANCE_ALL | SCHEDULER_ALL | SERVICE_ACCOUNT_ADMIN | LOGIN | frozenset({
+         PROJECT_READ | APPS_INSTANCE_ALL | SCHEDULER_ALL | SERVICE_ACCOUNT_ADMIN | LOGIN | USAGE | frozenset({
              "policy.overlay.write", "audit.read",
          })),
     Role("project_member", "project", "user",
@@ -73,10 +77,10 @@ ROLES: dict[str, Role] = {r.name: r for r in [
          PROJECT_READ | SCHEDULER_READ | LOGIN | frozenset({"scheduler.queue.submit", "scheduler.queue.cancel"})),
     Role("sa_operator", "project", "service_account",
          "Automation identity for app lifecycle inside its own project.",
-         PROJECT_READ | APPS_INSTANCE_ALL | SCHEDULER_ALL),
+         PROJECT_READ | APPS_INSTANCE_ALL | SCHEDULER_ALL | USAGE),
     Role("sa_viewer", "project", "service_account",
          "Read-only automation identity inside its own project.",
-         PROJECT_READ | SCHEDULER_READ),
+         PROJECT_READ | SCHEDULER_READ | USAGE),
 ]}
 
 ALL_PERMISSIONS = frozenset().union(*(r.permissions for r in ROLES.values()))
