@@ -31,9 +31,10 @@ from .operations.routes import api as operations_api
 from .policy.routes import api as policy_api
 from .registry.routes import api as registry_api
 from .scheduler.routes import api as scheduler_api
+from .sharing.routes import api as sharing_api
 
 ROUTERS = [iam_api, catalog_api, policy_api, allocations_api, instances_api, operations_api, audit_api, admin_api,
-           content_api, registry_api, scheduler_api, access_api]
+           content_api, registry_api, scheduler_api, access_api, sharing_api]
 
 
 class Health(BaseModel):

@@ -64,6 +64,11 @@ ERROR_CODES: dict[str, int] = {
     # jobs, nodes and logins (docs/scheduler.md)
     "no_scheduler": 409, "scheduler_unavailable": 502, "scheduler_refused": 403, "identity_not_synced": 409,
     "account_not_allowed": 403, "node_operation_not_supported": 409, "invalid_ssh_key": 422, "no_login": 409,
+    # operating modes and tenant-shared runtimes (docs/tenant-shared.md)
+    "mode_not_available": 422, "scope_not_supported": 422, "shared_runtime_exists": 409,
+    "project_not_in_tenant": 422, "project_not_allowlisted": 403, "already_attached": 409, "not_shared": 409,
+    "owner_attachment": 409, "attachment_has_jobs": 409, "already_detached": 409, "project_not_attached": 422,
+    "principal_not_served": 422, "already_allowed": 409, "cross_project_denied": 403, "account_required": 422,
 }
 
 ErrorCode = Literal[
@@ -83,7 +88,10 @@ ErrorCode = Literal[
     "no_previous_version", "idempotency_key_reused", "operation_finished", "operation_in_progress", "no_playbook",
     "no_status_module", "role_minimum", "no_cleanup_playbook", "site_vars_conflict", "credential_unavailable",
     "no_scheduler", "scheduler_unavailable", "scheduler_refused", "identity_not_synced", "account_not_allowed",
-    "node_operation_not_supported", "invalid_ssh_key", "no_login",
+    "node_operation_not_supported", "invalid_ssh_key", "no_login", "mode_not_available", "scope_not_supported",
+    "shared_runtime_exists", "project_not_in_tenant", "project_not_allowlisted", "already_attached", "not_shared",
+    "owner_attachment", "attachment_has_jobs", "already_detached", "project_not_attached", "principal_not_served",
+    "already_allowed", "cross_project_denied", "account_required",
 ]
 assert set(get_args(ErrorCode)) == set(ERROR_CODES), "ErrorCode and ERROR_CODES list the same codes"
 

@@ -25,6 +25,8 @@ LOCATIONS: dict[str, str] = {
     "instances_create": "/v1/instances/{id}",
     "content_put": "/v1/content/{digest}",
     "jobs_submit": "/v1/instances/{instance_id}/jobs/{id}",
+    "attachments_create": "/v1/instances/{instance_id}/attachments/{project_id}",
+    "submit_grants_create": "/v1/instances/{instance_id}/submit-grants/{id}",
     **{op: OPERATION for op in (
         "instances_deploy", "instances_reconfigure", "instances_upgrade", "instances_rollback",
         "instances_decommission", "instances_refresh", "members_add", "members_drain", "members_resume",

@@ -50,22 +50,40 @@ def test_instance_is_created_with_effective_runtime_topology_and_members(world):
                                                   {"name": "worker", "desired_count": 2}]
 
 
-def test_operating_mode_hints_are_decided_by_server_policy(world):
+def test_operating_modes_mean_what_exists(world):
+    """platform_managed does not exist yet and is refused, never quietly turned into something else; a tenant-shared
+    runtime is a tenant admin's request, for an app that keeps per-project accounts and jobs."""
     world.ids["alloc_hints"] = register_allocation(world, "project_a1", "alloc-hints", hosts=5)["id"]
-    inst = create_instance(world, "project_admin", "project_a1", "managed", "alloc_hints",
-                           operating_mode="platform_managed", control_plane_scope="tenant")
-    assert (inst["operating_mode"], inst["control_plane_scope"], inst["tenant_boundary_mode"]) == (
-        "platform_managed", "platform", "shared_service")
-    assert inst["operating_mode_hint"] == "platform_managed"
-    publish_app(world, "notebook", runtime_backend="oci", operating_modes=["tenant_dedicated"])
+    url = f"/v1/projects/{world.ids['project_a1']}/instances"
+    body = {"name": "managed", "app_slug": "slurm", "allocation_ids": [world.ids["alloc_hints"]]}
+    for hint in ({"operating_mode": "platform_managed"}, {"control_plane_scope": "platform"}):
+        error = world.call("project_admin", "POST", url, 422, json=body | hint).json()["error"]
+        assert error["code"] == "mode_not_available" and "does not exist yet" in error["message"]
+    error = world.call("project_admin", "POST", url, 403, json=body | {"control_plane_scope": "tenant"}).json()["error"]
+    assert error["details"]["permission"] == "apps.shared_runtime.manage"
+    shared = world.call("tenant_admin", "POST", url, 201, json=body | {"control_plane_scope": "tenant"}).json()
+    assert (shared["control_plane_scope"], shared["environment"]) == ("tenant", "default")
+    owner = world.call("tenant_admin", "GET", f"/v1/instances/{shared['id']}/attachments", 200).json()["items"]
+    assert [(a["project_id"], a["owner"]) for a in owner] == [(world.ids["project_a1"], True)]
+    error = world.call("tenant_admin", "POST", url, 409, json=body | {"control_plane_scope": "tenant", "name": "again"}
+                       ).json()["error"]
+    assert error["code"] == "shared_runtime_exists" and error["details"]["instance_id"] == shared["id"]
+    world.call("tenant_admin", "DELETE", f"/v1/instances/{shared['id']}", 204)
+    no_accounts = {k: v for k, v in SLURM_ADAPTER.items() if k not in ("access", "scheduler")}
+    publish_app(world, "plain", adapter=no_accounts)
     world.call("platform_admin", "POST", f"/v1/projects/{world.ids['project_a1']}/entitlements", 201,
-               json={"app_slug": "notebook"})
-    r = world.call("project_admin", "POST", f"/v1/projects/{world.ids['project_a1']}/instances", 201, json={
-        "name": "nb", "app_slug": "notebook", "allocation_ids": [world.ids["alloc_hints"]],
-        "operating_mode": "platform_managed", "control_plane_scope": "tenant"}).json()
-    assert (r["operating_mode"], r["control_plane_scope"]) == ("tenant_dedicated", "tenant")
-    events = world.call("project_admin", "GET", f"/v1/instances/{r['id']}/events", 200).json()["items"]
-    assert "not offered" in events[0]["payload"]["decisions"][0]
+               json={"app_slug": "plain"})
+    error = world.call("tenant_admin", "POST", url, 422, json=body | {"app_slug": "plain", "control_plane_scope":
+                                                                      "tenant"}).json()["error"]
+    assert error["code"] == "scope_not_supported"
+    publish_app(world, "managed-only", runtime_backend="oci", operating_modes=["platform_managed"])
+    world.call("platform_admin", "POST", f"/v1/projects/{world.ids['project_a1']}/entitlements", 201,
+               json={"app_slug": "managed-only"})
+    error = world.call("project_admin", "POST", url, 422, json=body | {"app_slug": "managed-only"}).json()["error"]
+    assert error["code"] == "mode_not_available" and error["details"]["offered"] == ["platform_managed"]
+    r = world.call("project_admin", "POST", url, 201, json=body | {"operating_mode": "tenant_dedicated"}).json()
+    assert (r["operating_mode"], r["control_plane_scope"], r["tenant_boundary_mode"]) == (
+        "tenant_dedicated", "project", "tenant_isolated")
 
 
 def refusal(world, body, project="project_a1", actor="project_admin"):

@@ -14,6 +14,7 @@ from ..deps import DB, Caller, RunSettings, router
 from ..instances import service as instances
 from ..location import LocatedRoute
 from ..scheduler.schemas import Access
+from ..sharing import scope
 from . import keys, service
 
 api = router("access")
@@ -71,7 +72,7 @@ def get_access(instance_id: UUID, caller: Caller, db: DB):
     addresses. Your registered SSH keys open it."""
     with db.transaction() as conn:
         instance = instances.get_instance(conn, instance_id)
-        caller.require(service.LOGIN, tenant_id=instance["tenant_id"], project_id=instance["project_id"])
+        scope.caller_projects(conn, instance, caller, service.LOGIN)  # a shared runtime: any project it serves
         spec = service.declares_access(conn, instance)
         if spec is None:
             raise errors.conflict("no_login", "this instance's app has no logins (its adapter declares no access)")
@@ -96,3 +97,29 @@ def get_access_map(instance_id: UUID, caller: Caller, db: DB):
         if service.declares_access(conn, instance) is None:
             raise errors.conflict("no_login", "this instance's app has no access map (its adapter declares no access)")
         return service.access_map(conn, instance)
+
+
+class AccountPair(BaseModel):
+    account: str
+    user: str
+
+
+class AccessDrift(BaseModel):
+    """How the runtime's accounts and associations differ from the access map; an access_sync repairs it."""
+    in_sync: bool
+    missing_accounts: list[str]
+    unexpected_accounts: list[str] = Field(description="accounts marked as the platform's that the map does not name")
+    foreign_accounts: list[str] = Field(description="accounts the map needs that exist without the platform's mark: "
+                                        "the sync refuses to take them over")
+    missing_associations: list[AccountPair]
+    unexpected_associations: list[AccountPair]
+
+
+@api.get("/v1/instances/{instance_id}/access-drift", operation_id="instances_access_drift_get",
+         response_model=AccessDrift, responses=errors.responses("no_login", "no_scheduler", "instance_not_operable",
+                                                                "scheduler_unavailable", "scheduler_refused"))
+def get_access_drift(instance_id: UUID, caller: Caller, db: DB, settings: RunSettings):
+    """Compare the runtime's accounts and associations (read from its accounting now) with the platform's access
+    map (`apps.instance.update`): an account or association added or removed by hand shows here, and
+    `POST .../access-sync` repairs it."""
+    return service.drift(db, settings, caller, instance_id)

@@ -20,9 +20,11 @@ import psycopg
 from ..catalog.adapter import AdapterSpec, stored_spec
 from ..catalog.service import get_version_by_id
 from ..config import OperationSettings
-from ..errors import ApiError
+from ..db import Database
+from ..errors import ApiError, conflict
 from ..iam.auth import Principal
 from ..iam.permissions import ROLES
+from ..sharing import scope
 
 log = logging.getLogger(__name__)
 SUBMIT, LOGIN = "scheduler.queue.submit", "apps.instance.access"
@@ -90,20 +92,32 @@ def _holders(conn: psycopg.Connection, project: dict, permission: str) -> set[tu
 
 
 def access_map(conn: psycopg.Connection, instance: dict) -> dict:
-    """The instance's access map: its project's account, and one identity per principal of the project that
-    may submit jobs or log in; people who may log in carry their SSH keys."""
-    project = conn.execute("SELECT * FROM projects WHERE id = %s", (instance["project_id"],)).fetchone()
-    account = account_name(project)
-    login = {p for p in _holders(conn, project, LOGIN) if p[0] == "user"}
+    """The instance's access map: one account per project it serves (its own; for a tenant-shared runtime, every
+    attached project's), and one identity per principal that may submit jobs or log in there, associated with the
+    account of each such project (its first one is its default) and with those its submit grants name; people
+    who may log in carry their SSH keys."""
+    projects = scope.attached_projects(conn, instance)
+    accounts = {p["id"]: account_name(p) for p in projects}
+    # principal -> its accounts in order, and whether it may log in
+    holders: dict[tuple[str, UUID], tuple[list[str], list[bool]]] = {}
+    for project in projects:
+        login = {p for p in _holders(conn, project, LOGIN) if p[0] == "user"}
+        for principal in _holders(conn, project, SUBMIT) | login:
+            names, may_login = holders.setdefault(principal, ([], [False]))
+            names.append(accounts[project["id"]])
+            may_login[0] |= principal in login
     identities = []
-    for kind, principal_id in sorted(_holders(conn, project, SUBMIT) | login, key=lambda p: (p[0], str(p[1]))):
+    for (kind, principal_id), (names, may_login) in sorted(holders.items(), key=lambda h: (h[0][0], str(h[0][1]))):
+        # A grant adds exactly the account it names, for a principal that still uses the runtime.
+        names += [accounts[t] for t in scope.granted_projects(conn, instance, kind, principal_id)
+                  if accounts[t] not in names]
         ident = identity(conn, kind, principal_id)
-        may_login = (kind, principal_id) in login
         keys = [r["public_key"] for r in conn.execute(
-            "SELECT public_key FROM ssh_keys WHERE user_id = %s ORDER BY seq", (principal_id,))] if may_login else []
-        identities.append({"name": ident["name"], "uid": ident["uid"], "account": account,
-                           "principal": f"{kind}:{principal_id}", "login": may_login, "ssh_keys": keys})
-    return {"accounts": [{"name": account, "project_id": str(project["id"])}], "identities": identities}
+            "SELECT public_key FROM ssh_keys WHERE user_id = %s ORDER BY seq", (principal_id,))] if may_login[0] else []
+        identities.append({"name": ident["name"], "uid": ident["uid"], "account": names[0], "accounts": names,
+                           "principal": f"{kind}:{principal_id}", "login": may_login[0], "ssh_keys": keys})
+    return {"accounts": [{"name": accounts[p["id"]], "project_id": str(p["id"])} for p in projects],
+            "identities": identities}
 
 
 def declares_access(conn: psycopg.Connection, instance: dict) -> AdapterSpec | None:
@@ -112,24 +126,27 @@ def declares_access(conn: psycopg.Connection, instance: dict) -> AdapterSpec | N
 
 
 def queue_sync(conn: psycopg.Connection, settings: OperationSettings, actor: Principal, *,
-               project_id: UUID | None = None, tenant_id: UUID | None = None, reason: str,
-               login_only: bool = False) -> list[UUID]:
-    """Queue an access_sync on every running instance of the project (or of the tenant) whose app declares
-    access, unless one is already queued (it computes the map when it starts, so it carries this change too);
-    with `login_only`, only on those the actor may log in to. Called in the transaction that made the change: the
-    operation is queued only if the change commits."""
+               project_id: UUID | None = None, tenant_id: UUID | None = None, instance_id: UUID | None = None,
+               reason: str, login_only: bool = False) -> list[UUID]:
+    """Queue an access_sync on every running instance that serves the project (its own, and the shared runtimes
+    it is attached to), or the tenant, or on that one instance, whose app declares access, unless one is already
+    queued (it computes the map when it starts, so it carries this change too); with `login_only`, only on those
+    the actor may log in to. Called in the transaction that made the change: the operation is queued only if the
+    change commits."""
     from ..operations import service as operations  # operations imports this module's callers
 
     instances = conn.execute(
-        """SELECT * FROM app_instances WHERE deleted_at IS NULL AND status = ANY(%s)
-             AND (project_id = %s OR tenant_id = %s) ORDER BY seq""",
-        (list(SYNCABLE), project_id, tenant_id)).fetchall()
+        """SELECT * FROM app_instances WHERE deleted_at IS NULL AND status = ANY(%(statuses)s)
+             AND (project_id = %(p)s OR tenant_id = %(t)s OR id = %(i)s
+                  OR id IN (SELECT instance_id FROM instance_attachments WHERE project_id = %(p)s
+                               AND status = 'attached')) ORDER BY seq""",
+        {"statuses": list(SYNCABLE), "p": project_id, "t": tenant_id, "i": instance_id}).fetchall()
     queued = []
     for instance in instances:
         if declares_access(conn, instance) is None:
             continue
         # A key change matters only where its owner may log in; elsewhere it would only make the instance busy.
-        if login_only and not actor.permits(LOGIN, tenant_id=instance["tenant_id"], project_id=instance["project_id"]):
+        if login_only and not scope.served_by(conn, instance, actor, LOGIN):
             continue
         # Locked: a worker claiming it now (SKIP LOCKED) waits for this change to commit, so the map it builds
         # carries the change; one it claimed before is no longer queued here, and a new sync is queued.
@@ -151,12 +168,13 @@ def queue_sync(conn: psycopg.Connection, settings: OperationSettings, actor: Pri
 
 
 def login_for(conn: psycopg.Connection, spec: AdapterSpec, instance: dict, caller: Principal) -> dict:
-    """The caller's login on the instance: runtime identity, account, the login hosts, and whether the hosts
-    already carry the platform's latest access map (no access_sync queued or running)."""
+    """The caller's login on the instance: runtime identity, default account (its first project the instance
+    serves), the login hosts, and whether the hosts already carry the platform's latest access map (no
+    access_sync queued or running)."""
     from ..executor.plan import SERVING, live_members
 
+    project = scope.caller_projects(conn, instance, caller, LOGIN)[0]
     ident = identity(conn, caller.kind, caller.id)
-    project = conn.execute("SELECT * FROM projects WHERE id = %s", (instance["project_id"],)).fetchone()
     hosts = [{"node_name": m["node_name"], "address": (m["host"] or {}).get("address", m["host_name"]),
               "port": (m["host"] or {}).get("ssh_port", 22)}
              for m in live_members(conn, instance["id"])
@@ -181,3 +199,49 @@ def fingerprint(public_key: str) -> str:
     """OpenSSH's SHA256 fingerprint of a public key line."""
     blob = base64.b64decode(public_key.split()[1])
     return "SHA256:" + base64.b64encode(hashlib.sha256(blob).digest()).decode().rstrip("=")
+
+
+# The description the app's account module marks the platform's accounts with (slurm_accounts's
+# description_prefix); accounts without it are someone else's and left alone.
+PLATFORM_ACCOUNT_PREFIX = "gpuaas project "
+
+
+def drift(db: Database, settings: OperationSettings, caller: Principal, instance_id: UUID) -> dict:
+    """How the runtime's accounts and associations differ from the platform's intent (the access map): accounts
+    and associations missing, and platform accounts or associations on them that the map does not name (made by
+    hand, or left by a failed run). An access_sync repairs all of it. The runtime is asked outside any
+    transaction."""
+    from ..instances import service as instances
+    from ..scheduler import gateway
+
+    with db.transaction() as conn:
+        instance = instances.get_instance(conn, instance_id)
+        caller.require("apps.instance.update", tenant_id=instance["tenant_id"], project_id=instance["project_id"])
+        if declares_access(conn, instance) is None:
+            raise conflict("no_login", "this instance's app keeps no accounts (its adapter declares no access)")
+        intent = access_map(conn, instance)
+        gw = gateway.for_instance(conn, settings, instance)
+    actual = gw.call("GET", "/v1/accounting", {"accounts": [a["name"] for a in intent["accounts"]],
+                                                "node_operate": False, "accounting": True})
+    return compare(intent, actual)
+
+
+def compare(intent: dict, actual: dict) -> dict:
+    """The drift report of an access map against the runtime's accounting (the gateway's GET /v1/accounting)."""
+    wanted = {a["name"] for a in intent["accounts"]}
+    present = {a["name"]: a.get("description") or "" for a in actual.get("accounts") or []}
+    platform = {name for name, text in present.items() if text.lower().startswith(PLATFORM_ACCOUNT_PREFIX)}
+    wanted_assocs = {(account, i["name"]) for i in intent["identities"] for account in i["accounts"]}
+    present_assocs = {(a["account"], a["user"]) for a in actual.get("associations") or []
+                      if a["account"] in platform | wanted}
+
+    def assocs(pairs: set[tuple[str, str]]) -> list[dict]:
+        return [{"account": a, "user": u} for a, u in sorted(pairs)]
+
+    report = {"missing_accounts": sorted(wanted - set(present)),
+              "unexpected_accounts": sorted(platform - wanted),
+              # an account the map needs that someone else made: the sync refuses to take it over
+              "foreign_accounts": sorted((wanted & set(present)) - platform),
+              "missing_associations": assocs(wanted_assocs - present_assocs),
+              "unexpected_associations": assocs(present_assocs - wanted_assocs)}
+    return {"in_sync": not any(report.values())} | report

@@ -74,26 +74,17 @@ class Runtime:
 
 
 def decide_runtime(app: dict, mode_hint: str | None, scope_hint: str | None) -> Runtime:
-    """The request may hint; the app's offered modes and server policy decide (seed 000)."""
-    offered = list(app["operating_modes"])
-    notes = []
-    mode = offered[0]
-    if mode_hint:
-        if mode_hint in offered:
-            mode = mode_hint
-        else:
-            notes.append(f"operating_mode hint {mode_hint} is not offered by {app['slug']}; using {mode}")
-    if mode == "platform_managed":
-        scope, boundary = "platform", "shared_service"
-        if scope_hint and scope_hint != "platform":
-            notes.append(f"control_plane_scope hint {scope_hint} ignored: platform_managed runs platform-scoped")
-    else:
-        scope, boundary = "project", "tenant_isolated"
-        if scope_hint in ("project", "tenant"):
-            scope = scope_hint
-        elif scope_hint:
-            notes.append(f"control_plane_scope hint {scope_hint} ignored: tenant_dedicated uses project or tenant")
-    return Runtime(mode, scope, boundary, app["runtime_backend"], tuple(notes))
+    """What the request asks for, within what exists (docs/tenant-shared.md "Operating modes"): tenant_dedicated,
+    with a project-scope control plane or a tenant-shared one; platform_managed does not exist yet and is refused
+    rather than quietly turned into something else (422 mode_not_available)."""
+    if mode_hint == "platform_managed" or scope_hint == "platform":
+        raise unprocessable("mode_not_available", "platform_managed (a platform-scope control plane) does not exist "
+                            "yet; use tenant_dedicated with control_plane_scope project or tenant",
+                            operating_mode=mode_hint, control_plane_scope=scope_hint)
+    if "tenant_dedicated" not in app["operating_modes"]:
+        raise unprocessable("mode_not_available", f"app {app['slug']} offers only {', '.join(app['operating_modes'])}, "
+                            "which does not exist yet", offered=list(app["operating_modes"]))
+    return Runtime("tenant_dedicated", scope_hint or "project", "tenant_isolated", app["runtime_backend"], ())
 
 
 @dataclass(frozen=True)

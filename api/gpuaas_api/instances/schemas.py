@@ -40,8 +40,18 @@ class InstanceCreate(Strict):
     allocation_ids: list[UUID] = Field(min_length=1, max_length=64, description="allocation intent")
     topology: list[RoleRequest] = Field(default_factory=list, max_length=16,
                                         description="desired count per role; absent roles get the adapter minimum")
-    operating_mode: OperatingMode | None = Field(default=None, description="hint; server policy decides")
-    control_plane_scope: Literal["project", "tenant", "platform"] | None = Field(default=None, description="hint")
+    operating_mode: OperatingMode | None = Field(
+        default=None, description="tenant_dedicated (the only mode that exists today); platform_managed is refused")
+    control_plane_scope: Literal["project", "tenant", "platform"] | None = Field(
+        default=None, description="project (default): the instance serves its own project. tenant: a tenant-shared "
+        "runtime other projects attach to (docs/tenant-shared.md); a tenant admin's request only. platform is "
+        "refused")
+    environment: Annotated[str, StringConstraints(pattern=r"^[a-z][a-z0-9-]{0,31}$")] = Field(
+        default="default", description="a tenant-shared runtime's environment: one runtime per tenant, app and "
+        "environment")
+    attachable_project_ids: list[UUID] = Field(
+        default_factory=list, max_length=256, description="a tenant-shared runtime's allowlist: the projects of "
+        "the tenant a tenant admin may attach to it")
     labels: dict[LabelKey, LabelValue] = Field(default_factory=dict, max_length=32)
     parameters: JsonObject = Field(default_factory=dict,
                                    description="extra vars for every run of this instance; never secret values")
@@ -128,6 +138,8 @@ class Instance(BaseModel):
     operating_mode: str
     operating_mode_hint: str | None
     control_plane_scope: str
+    environment: str = "default"
+    attachable_project_ids: list[UUID] = Field(default_factory=list)
     runtime_backend: str
     tenant_boundary_mode: str
     bound_capacity_shape: str

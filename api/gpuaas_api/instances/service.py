@@ -191,6 +191,9 @@ def create_instance(conn: psycopg.Connection, actor: Principal, project: dict, b
     version = get_version(conn, app["slug"], body.version) if body.version else latest_active_version(conn, app["slug"])
     check_version_usable(version, canary=body.canary)
     parameters.validate_for_version(version, body.parameters)
+    runtime = rules.decide_runtime(app, body.operating_mode, body.control_plane_scope)
+    if runtime.control_plane_scope == "tenant":
+        check_shared_runtime(conn, actor, project, version, body)
     quotas.enforce(conn, project["id"], "instances", max_instances)
 
     ids = list(dict.fromkeys(body.allocation_ids))
@@ -214,19 +217,24 @@ def create_instance(conn: psycopg.Connection, actor: Principal, project: dict, b
     check_binding(conn, project["tenant_id"], project["id"], version, {a["id"]: a for a in allocations}, members,
                   problems)
 
-    runtime = rules.decide_runtime(app, body.operating_mode, body.control_plane_scope)
     used = {m.allocation_id for m in members} or {allocations[0]["id"]}
     shapes = sorted({a["capacity_shape"] for a in allocations if a["id"] in used})
     topology = {"roles": [{"name": n, "desired_count": c} for n, c in counts.items()]}
     instance = conn.execute(
         """INSERT INTO app_instances (tenant_id, project_id, name, app_slug, app_version_id, operating_mode,
                operating_mode_hint, control_plane_scope, runtime_backend, tenant_boundary_mode,
-               bound_capacity_shape, topology, labels, created_by, parameters, canary)
-           VALUES (%s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s) RETURNING *""",
+               bound_capacity_shape, topology, labels, created_by, parameters, canary, environment,
+               attachable_project_ids)
+           VALUES (%s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s) RETURNING *""",
         (project["tenant_id"], project["id"], body.name, app["slug"], version["id"], runtime.operating_mode,
          body.operating_mode, runtime.control_plane_scope, runtime.runtime_backend, runtime.tenant_boundary_mode,
-         "+".join(shapes), Jsonb(topology), Jsonb(body.labels), actor.id, Jsonb(body.parameters), body.canary),
+         "+".join(shapes), Jsonb(topology), Jsonb(body.labels), actor.id, Jsonb(body.parameters), body.canary,
+         body.environment, list(dict.fromkeys(body.attachable_project_ids))),
     ).fetchone()
+    if runtime.control_plane_scope == "tenant":  # its own project is attached for as long as it lives
+        conn.execute("""INSERT INTO instance_attachments (instance_id, tenant_id, project_id, owner, status, reason,
+                            created_by) VALUES (%s, %s, %s, true, 'attached', 'owner', %s)""",
+                     (instance["id"], project["tenant_id"], project["id"], actor.id))
     nodes = rules.node_names([(m.allocation_id, m.host_name) for m in members],
                              {a["id"]: a["seq"] for a in allocations}, {})
     with conn.cursor() as cur:
@@ -246,6 +254,31 @@ def create_instance(conn: psycopg.Connection, actor: Principal, project: dict, b
                  after={"name": body.name, "app_version": version["version"], "topology": topology},
                  context=audit.instance_context(instance))
     return get_instance_view(conn, instance["id"])
+
+
+def check_shared_runtime(conn: psycopg.Connection, actor: Principal, project: dict, version: dict, body: Any) -> None:
+    """A tenant-shared runtime (docs/tenant-shared.md): a tenant admin's request, for an app whose runtime keeps
+    per-project accounts and serves jobs (its adapter declares access and a scheduler), one per tenant, app and
+    environment, with an allowlist of the tenant's own projects."""
+    actor.require("apps.shared_runtime.manage", tenant_id=project["tenant_id"])
+    spec = stored_spec(version)
+    if not (spec.access and spec.scheduler):
+        raise unprocessable("scope_not_supported", f"app {version['app_slug']} keeps no per-project accounts and "
+                            "jobs (its adapter declares no access or no scheduler), so projects cannot share it",
+                            control_plane_scope="tenant")
+    existing = conn.execute(
+        """SELECT id, name, project_id FROM app_instances WHERE tenant_id = %s AND app_slug = %s AND environment = %s
+              AND control_plane_scope = 'tenant' AND deleted_at IS NULL""",
+        (project["tenant_id"], version["app_slug"], body.environment)).fetchone()
+    if existing:
+        raise conflict("shared_runtime_exists", f"the tenant already has a shared {version['app_slug']} runtime for "
+                       f"environment {body.environment} ({existing['name']}); attach this project to it instead "
+                       f"(POST /v1/instances/{existing['id']}/attachments)", instance_id=str(existing["id"]))
+    foreign = [str(p) for p in body.attachable_project_ids if conn.execute(
+        "SELECT 1 FROM projects WHERE id = %s AND tenant_id = %s", (p, project["tenant_id"])).fetchone() is None]
+    if foreign:
+        raise unprocessable("project_not_in_tenant", "attachable projects must be projects of this tenant",
+                            project_ids=foreign)
 
 
 def transition_instance(conn: psycopg.Connection, instance_id: UUID, target: str, *, reason: str,
@@ -349,8 +382,7 @@ def add_member(conn: psycopg.Connection, actor: Principal, instance_id: UUID, ro
         raise conflict("role_at_max", f"role {role} already has its maximum of {spec['max']} members", role=role)
     allocations = get_allocations(conn, [allocation_id] + [m["allocation_id"] for m in live])
     allocation = allocations.get(allocation_id)
-    if allocation is None or allocation["project_id"] != instance["project_id"]:
-        raise unprocessable("allocation.unknown", f"allocation {allocation_id} is not held by this project")
+    source_project_id = contributing_project(conn, actor, instance, version, allocation, allocation_id)
     allocations_service.lock_hosts(conn)
     busy = {h for _, h in allocations_service.busy_hosts(conn, [allocation_id], instance_id=instance_id,
                                                          shares_hosts=shares_hosts(version))}
@@ -377,9 +409,9 @@ def add_member(conn: psycopg.Connection, actor: Principal, instance_id: UUID, ro
     node_name = rules.node_names([(allocation_id, host_name)], {a["id"]: a["seq"] for a in allocations.values()},
                                  named)[(allocation_id, host_name)]
     member = conn.execute(
-        """INSERT INTO app_instance_members (instance_id, role, allocation_id, host_name, node_name)
-           VALUES (%s, %s, %s, %s, %s) RETURNING *""",
-        (instance_id, role, allocation_id, host_name, node_name),
+        """INSERT INTO app_instance_members (instance_id, role, allocation_id, host_name, node_name, source_project_id)
+           VALUES (%s, %s, %s, %s, %s, %s) RETURNING *""",
+        (instance_id, role, allocation_id, host_name, node_name, source_project_id),
     ).fetchone()
     topology = instance["topology"]
     for r in topology["roles"]:
@@ -387,12 +419,36 @@ def add_member(conn: psycopg.Connection, actor: Principal, instance_id: UUID, ro
             r["desired_count"] += 1
     conn.execute("UPDATE app_instances SET topology = %s, updated_at = now() WHERE id = %s",
                  (Jsonb(topology), instance_id))
+    contributed = {"source_project_id": str(source_project_id)} if source_project_id else {}
     audit.append_event(conn, instance, "member_add_requested",
                        {"member_id": str(member["id"]), "role": role, "node_name": node_name,
-                        "allocation_id": str(allocation_id)}, member_id=member["id"], correlation_id=correlation_id)
-    audit.record(conn, actor, "apps.member.add", "member", member["id"], after={"role": role, "host_name": host_name},
+                        "allocation_id": str(allocation_id)} | contributed, member_id=member["id"],
+                       correlation_id=correlation_id)
+    audit.record(conn, actor, "apps.member.add", "member", member["id"],
+                 after={"role": role, "host_name": host_name} | contributed,
                  context=audit.instance_context(instance), correlation_id=correlation_id)
     return member
+
+
+def contributing_project(conn: psycopg.Connection, actor: Principal, instance: dict, version: dict,
+                         allocation: dict | None, allocation_id: UUID) -> UUID | None:
+    """None for an allocation of the instance's own project. On a tenant-shared runtime, an allocation of another
+    attached project makes a contributed member: chosen by a tenant admin, for a project entitled to the app; that
+    project keeps the capacity and is charged for it (docs/tenant-shared.md). Anything else is refused."""
+    if allocation is not None and allocation["project_id"] == instance["project_id"]:
+        return None
+    attached = allocation is not None and instance["control_plane_scope"] == "tenant" and conn.execute(
+        """SELECT 1 FROM instance_attachments WHERE instance_id = %s AND project_id = %s AND status = 'attached'""",
+        (instance["id"], allocation["project_id"])).fetchone()
+    if not attached:
+        raise unprocessable("allocation.unknown", f"allocation {allocation_id} is not held by this project"
+                            + (" or by a project attached to this shared runtime" if instance["control_plane_scope"]
+                               == "tenant" else ""))
+    actor.require("apps.shared_runtime.manage", tenant_id=instance["tenant_id"])
+    if not is_entitled(conn, allocation["project_id"], version["app_slug"]):
+        raise ApiError(403, "not_entitled", f"the contributing project is not entitled to app {version['app_slug']}",
+                       {"app_slug": version["app_slug"], "project_id": str(allocation["project_id"])})
+    return allocation["project_id"]
 
 
 MAX_LABELS = 32

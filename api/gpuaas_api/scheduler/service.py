@@ -18,46 +18,76 @@ from ..access import service as access
 from ..audit import service as audit
 from ..config import OperationSettings
 from ..db import Database
-from ..errors import ApiError, conflict, not_found
+from ..errors import ApiError, conflict, not_found, unprocessable
 from ..iam.auth import Principal
 from ..instances import service as instances
+from ..sharing import scope
 from . import gateway
 from .schemas import JobSubmit
 
 MAX_PAGE = 500
+NODE_OPERATE = "scheduler.node.operate"
 
 
 def _open(conn: psycopg.Connection, settings: OperationSettings, caller: Principal, instance_id: UUID,
-          permission: str, *, as_identity: bool = False) -> tuple[dict, gateway.Gateway, str, dict]:
-    """The instance (after the permission check), its gateway, the project's account and the caller's claims:
-    `sub`, the caller's runtime identity, only when the call acts as it (a submit, a list of one's own jobs), so a
-    reader gets no identity it does not need."""
+          permission: str, *, as_identity: bool = False) -> tuple[dict, gateway.Gateway, dict[str, UUID], dict]:
+    """The instance (after the permission check), its gateway, the accounts the caller may use there (each with
+    its project: its own project's, or on a tenant-shared runtime those of the attached projects in which it
+    holds `permission`) and the caller's claims: `sub`, the caller's runtime identity, only when the call acts as
+    it (a submit, a list of one's own jobs), so a reader gets no identity it does not need. Operating the shared
+    nodes of a runtime needs the key in the instance's own project."""
     instance = instances.get_instance(conn, instance_id)
-    caller.require(permission, tenant_id=instance["tenant_id"], project_id=instance["project_id"])
+    if permission == NODE_OPERATE:
+        caller.require(permission, tenant_id=instance["tenant_id"], project_id=instance["project_id"])
+        projects = scope.attached_projects(conn, instance)[:1]
+    else:
+        projects = scope.caller_projects(conn, instance, caller, permission)
     gw = gateway.for_instance(conn, settings, instance)
-    project = conn.execute("SELECT * FROM projects WHERE id = %s", (instance["project_id"],)).fetchone()
-    account = access.account_name(project)
-    claims = {"accounts": [account],
-              "node_operate": caller.permits("scheduler.node.operate", tenant_id=instance["tenant_id"],
+    accounts = {access.account_name(p): p["id"] for p in projects}
+    claims = {"accounts": list(accounts),
+              "node_operate": caller.permits(NODE_OPERATE, tenant_id=instance["tenant_id"],
                                              project_id=instance["project_id"])}
     if as_identity:
         claims["sub"] = access.identity(conn, caller.kind, caller.id)["name"]
-    return instance, gw, account, claims
+    return instance, gw, accounts, claims
 
 
-def _as_jobs(conn: psycopg.Connection, instance: dict, account: str, raw: list[dict]) -> list[dict]:
-    """The gateway's jobs of the project's account (a second check after the gateway's own: no other account's
+def _submit_account(conn: psycopg.Connection, instance: dict, caller: Principal, mine: dict[str, UUID],
+                    requested: str | None) -> tuple[str, UUID]:
+    """The account a submit is charged to: the one named, if it is the caller's own project's or a live submit
+    grant names it (cross-project submission is denied otherwise); unnamed, the caller's only account."""
+    if requested is None:
+        if len(mine) > 1:
+            raise unprocessable("account_required", f"you may submit into several accounts here "
+                                f"({', '.join(mine)}); name one", accounts=list(mine))
+        return next(iter(mine.items()))
+    if requested in mine:
+        return requested, mine[requested]
+    served = {access.account_name(p): p for p in scope.attached_projects(conn, instance)}
+    target = served.get(requested)
+    if target is None:
+        raise ApiError(403, "account_not_allowed", f"jobs here are charged to your project's account "
+                       f"({', '.join(mine)}); you may not submit into {requested}", {"accounts": list(mine)})
+    if target["id"] in scope.granted_projects(conn, instance, caller.kind, caller.id):
+        return requested, target["id"]
+    raise ApiError(403, "cross_project_denied", f"account {requested} is project {target['name']}'s; submitting "
+                   "into another project's account needs a submit grant from a tenant admin",
+                   {"account": requested, "project_id": str(target["id"])})
+
+
+def _as_jobs(conn: psycopg.Connection, accounts: dict[str, UUID], raw: list[dict]) -> list[dict]:
+    """The gateway's jobs of the caller's accounts (a second check after the gateway's own: no other account's
     job is ever shown), with their platform owner and project."""
-    raw = [j for j in raw if j.get("account") == account]
+    raw = [j for j in raw if j.get("account") in accounts]
     users = sorted({j.get("user") or "" for j in raw})
     owners = {r["name"]: {"kind": r["principal_kind"], "id": r["principal_id"]} for r in conn.execute(
         "SELECT name, principal_kind, principal_id FROM runtime_identities WHERE name = ANY(%s)", (users,))}
     return [j | {"owner": owners.get(j.get("user")), "runtime_user": j.get("user") or "",
-                 "project_id": instance["project_id"]} for j in raw]
+                 "project_id": accounts[j["account"]]} for j in raw]
 
 
-def _one_job(conn: psycopg.Connection, instance: dict, account: str, job: dict, job_id: str) -> dict:
-    shown = _as_jobs(conn, instance, account, [job])
+def _one_job(conn: psycopg.Connection, accounts: dict[str, UUID], job: dict, job_id: str) -> dict:
+    shown = _as_jobs(conn, accounts, [job])
     if not shown:
         raise not_found("job", job_id)
     return shown[0]
@@ -69,16 +99,15 @@ def _job_ref(instance: dict, job_id: str) -> str:
 
 def submit(db: Database, settings: OperationSettings, caller: Principal, instance_id: UUID, body: JobSubmit) -> dict:
     with db.transaction() as conn:
-        instance, gw, account, claims = _open(conn, settings, caller, instance_id, "scheduler.queue.submit",
-                                              as_identity=True)
-        if body.account is not None and body.account != account:
-            raise ApiError(403, "account_not_allowed", f"jobs of this project are charged to account {account}; "
-                           f"you may not submit into {body.account}", {"account": account})
+        instance, gw, mine, claims = _open(conn, settings, caller, instance_id, "scheduler.queue.submit",
+                                           as_identity=True)
+        account, project_id = _submit_account(conn, instance, caller, mine, body.account)
+    claims["accounts"] = [account]
     # Only what the caller set: a default here would override the script's own #SBATCH lines.
     request = body.model_dump(mode="json", exclude_unset=True) | {"account": account}
     job = gw.call("POST", "/v1/jobs", claims, json=request)
     with db.transaction() as conn:
-        shown = _one_job(conn, instance, account, job, str(job.get("id")))
+        shown = _one_job(conn, {account: project_id}, job, str(job.get("id")))
         audit.record(conn, caller, "scheduler.job.submit", "job", _job_ref(instance, job["id"]),
                      after={"id": job["id"], "name": job.get("name"), "account": account,
                             "runtime_user": claims["sub"], "resources": job.get("resources")},
@@ -89,13 +118,13 @@ def submit(db: Database, settings: OperationSettings, caller: Principal, instanc
 def list_jobs(db: Database, settings: OperationSettings, caller: Principal, instance_id: UUID, *,
               state: str | None, mine: bool, cursor: str | None, limit: int) -> dict:
     with db.transaction() as conn:
-        instance, gw, account, claims = _open(conn, settings, caller, instance_id, "scheduler.queue.read",
-                                              as_identity=mine)
+        _, gw, accounts, claims = _open(conn, settings, caller, instance_id, "scheduler.queue.read",
+                                        as_identity=mine)
     params = {"limit": min(limit, MAX_PAGE)} | ({"state": state} if state else {})
     params |= ({"user": claims["sub"]} if mine else {}) | ({"before": _decode(cursor)} if cursor else {})
     page = gw.call("GET", "/v1/jobs", claims, params=params)
     with db.transaction() as conn:
-        items = _as_jobs(conn, instance, account, page.get("items") or [])
+        items = _as_jobs(conn, accounts, page.get("items") or [])
     nxt = page.get("next")
     return {"items": items, "next_cursor": base64.urlsafe_b64encode(f"j:{nxt}".encode()).decode() if nxt else None}
 
@@ -112,18 +141,18 @@ def _decode(cursor: str) -> str:
 
 def get_job(db: Database, settings: OperationSettings, caller: Principal, instance_id: UUID, job_id: str) -> dict:
     with db.transaction() as conn:
-        instance, gw, account, claims = _open(conn, settings, caller, instance_id, "scheduler.queue.read")
+        _, gw, accounts, claims = _open(conn, settings, caller, instance_id, "scheduler.queue.read")
     job = gw.call("GET", f"/v1/jobs/{job_id}", claims)
     with db.transaction() as conn:
-        return _one_job(conn, instance, account, job, job_id)
+        return _one_job(conn, accounts, job, job_id)
 
 
 def cancel_job(db: Database, settings: OperationSettings, caller: Principal, instance_id: UUID, job_id: str) -> dict:
     with db.transaction() as conn:
-        instance, gw, account, claims = _open(conn, settings, caller, instance_id, "scheduler.queue.cancel")
+        instance, gw, accounts, claims = _open(conn, settings, caller, instance_id, "scheduler.queue.cancel")
     job = gw.call("DELETE", f"/v1/jobs/{job_id}", claims)
     with db.transaction() as conn:
-        shown = _one_job(conn, instance, account, job, job_id)
+        shown = _one_job(conn, accounts, job, job_id)
         audit.record(conn, caller, "scheduler.job.cancel", "job", _job_ref(instance, job_id),
                      after={"id": job_id, "state": job.get("state"), "runtime_user": job.get("user")},
                      context=audit.instance_context(instance))
@@ -140,7 +169,7 @@ def operate_node(db: Database, settings: OperationSettings, caller: Principal, i
                  action: str, request: dict) -> dict:
     """drain, resume or features: the node as it is afterwards; audited, and an event on the timeline."""
     with db.transaction() as conn:
-        instance, gw, _, claims = _open(conn, settings, caller, instance_id, "scheduler.node.operate")
+        instance, gw, _, claims = _open(conn, settings, caller, instance_id, NODE_OPERATE)
         if action not in gw.spec.node_operations:
             raise conflict("node_operation_not_supported", f"this instance's runtime has no node operation {action} "
                            f"(it has: {', '.join(gw.spec.node_operations) or 'none'})", action=action)

@@ -1,0 +1,268 @@
+"""Attaching projects to a tenant-shared runtime, detaching them, and the submit grants that let one principal
+submit into another attached project's account (docs/tenant-shared.md). Each change is a tenant admin's
+(`apps.shared_runtime.manage`), audited, an event on the runtime's timeline, and queues the access_sync that makes
+the runtime's accounts and associations follow: the API enforces the change at once, the scheduler from that run
+on."""
+
+from __future__ import annotations
+
+from uuid import UUID
+
+import psycopg
+
+from ..access import service as access
+from ..audit import service as audit
+from ..config import OperationSettings
+from ..db import Database
+from ..errors import ApiError, conflict, not_found, unprocessable
+from ..iam.auth import Principal
+from ..instances import service as instances
+from ..policy.service import is_entitled
+from ..scheduler import gateway
+from . import scope
+
+MANAGE = "apps.shared_runtime.manage"
+# A detach waits for none of these: the project's jobs must have ended (or been cancelled) first.
+ACTIVE_JOB_STATES = ("pending", "running")
+
+_ATTACHMENT_SELECT = """
+SELECT a.id, a.instance_id, a.project_id, p.name AS project_name, a.owner, a.status, a.reason, a.created_by,
+       a.created_at, a.detached_by, a.detached_at, i.name AS instance_name, i.app_slug, i.environment
+  FROM instance_attachments a JOIN projects p ON p.id = a.project_id JOIN app_instances i ON i.id = a.instance_id
+"""
+
+
+def _shared_instance(conn: psycopg.Connection, caller: Principal, instance_id: UUID, *, manage: bool) -> dict:
+    instance = instances.get_instance(conn, instance_id)
+    if manage:
+        if not caller.sees(instance["tenant_id"], instance["project_id"]):
+            caller.require(MANAGE, tenant_id=instance["tenant_id"], project_id=instance["project_id"])
+        caller.require(MANAGE, tenant_id=instance["tenant_id"])
+    else:
+        caller.require("apps.instance.read", tenant_id=instance["tenant_id"], project_id=instance["project_id"])
+    if not scope.is_shared(instance):
+        raise conflict("not_shared", "this instance serves its own project only (control_plane_scope project); "
+                       "projects attach to a tenant-shared runtime",
+                       control_plane_scope=instance["control_plane_scope"])
+    return instance
+
+
+def _view(conn: psycopg.Connection, attachment_id: UUID) -> dict:
+    row = conn.execute(_ATTACHMENT_SELECT + " WHERE a.id = %s", (attachment_id,)).fetchone()
+    return row | {"account": access.account_name({"name": row["project_name"], "id": row["project_id"]})}
+
+
+def _payload(row: dict) -> dict:
+    return {"attachment_id": str(row["id"]), "project_id": str(row["project_id"]), "project": row["project_name"],
+            "account": row["account"], "reason": row["reason"]}
+
+
+def list_attachments(conn: psycopg.Connection, caller: Principal, instance_id: UUID) -> list[dict]:
+    instance = _shared_instance(conn, caller, instance_id, manage=False)
+    rows = conn.execute(_ATTACHMENT_SELECT + " WHERE a.instance_id = %s AND a.status = 'attached' ORDER BY a.seq",
+                        (instance["id"],)).fetchall()
+    return [_view(conn, r["id"]) for r in rows]
+
+
+def get_attachment(conn: psycopg.Connection, caller: Principal, instance_id: UUID, project_id: UUID) -> dict:
+    instance = _shared_instance(conn, caller, instance_id, manage=False)
+    row = conn.execute(_ATTACHMENT_SELECT + """ WHERE a.instance_id = %s AND a.project_id = %s
+                                                  ORDER BY a.seq DESC LIMIT 1""",
+                       (instance["id"], project_id)).fetchone()
+    if row is None:
+        raise not_found("attachment", project_id)
+    return _view(conn, row["id"])
+
+
+def project_attachments(conn: psycopg.Connection, caller: Principal, project: dict) -> list[dict]:
+    """The shared runtimes the project is attached to: how its people and service accounts find the instance
+    whose jobs routes they use, and the account their jobs are charged to there."""
+    caller.require("apps.instance.read", tenant_id=project["tenant_id"], project_id=project["id"])
+    rows = conn.execute(_ATTACHMENT_SELECT + """ WHERE a.project_id = %s AND a.status = 'attached'
+                                                   AND i.deleted_at IS NULL ORDER BY a.seq""",
+                        (project["id"],)).fetchall()
+    return [_view(conn, r["id"]) for r in rows]
+
+
+def attach(conn: psycopg.Connection, settings: OperationSettings, caller: Principal, instance_id: UUID,
+           project_id: UUID, reason: str) -> dict:
+    """Attach a project of the tenant, from the runtime's allowlist and entitled to its app: its account and its
+    principals' associations come with the access_sync this queues."""
+    instance = _shared_instance(conn, caller, instance_id, manage=True)
+    instances.get_instance(conn, instance_id, lock=True)  # one attach or detach of a project at a time
+    project = conn.execute("SELECT * FROM projects WHERE id = %s AND tenant_id = %s",
+                           (project_id, instance["tenant_id"])).fetchone()
+    if project is None:
+        raise not_found("project", project_id)
+    if project_id not in instance["attachable_project_ids"]:
+        raise ApiError(403, "project_not_allowlisted", f"project {project['name']} is not on this runtime's allowlist "
+                       "of attachable projects", {"project_id": str(project_id)})
+    if not is_entitled(conn, project_id, instance["app_slug"]):
+        raise ApiError(403, "not_entitled", f"project {project['name']} is not entitled to app {instance['app_slug']}",
+                       {"app_slug": instance["app_slug"], "project_id": str(project_id)})
+    if conn.execute("""SELECT 1 FROM instance_attachments WHERE instance_id = %s AND project_id = %s
+                         AND status = 'attached'""", (instance_id, project_id)).fetchone():
+        raise conflict("already_attached", f"project {project['name']} is already attached to this runtime",
+                       project_id=str(project_id))
+    row = conn.execute(
+        """INSERT INTO instance_attachments (instance_id, tenant_id, project_id, status, reason, created_by)
+           VALUES (%s, %s, %s, 'attached', %s, %s) RETURNING id""",
+        (instance_id, instance["tenant_id"], project_id, reason, caller.id)).fetchone()
+    view = _view(conn, row["id"])
+    audit.append_event(conn, instance, "apps.instance.project_attached", _payload(view))
+    audit.record(conn, caller, "apps.shared_runtime.attach", "instance_attachment", row["id"], after=_payload(view),
+                 reason=reason, context=audit.instance_context(instance))
+    view["operation_ids"] = access.queue_sync(conn, settings, caller, instance_id=instance_id,
+                                              reason=f"project {project['name']} attached")
+    return view
+
+
+def detach(db: Database, settings: OperationSettings, caller: Principal, instance_id: UUID, project_id: UUID,
+           reason: str) -> dict:
+    """Detach a project: refused while any job of its account is queued or running (the runtime is asked first,
+    outside any transaction); then its contributed members are removed (each with a member_remove, which drains it)
+    and the access_sync this queues removes its account and its principals' associations. The owner project stays
+    attached for as long as the runtime lives."""
+    with db.transaction() as conn:
+        instance = _shared_instance(conn, caller, instance_id, manage=True)
+        row = conn.execute(_ATTACHMENT_SELECT + """ WHERE a.instance_id = %s AND a.project_id = %s
+                                                      AND a.status = 'attached'""",
+                           (instance_id, project_id)).fetchone()
+        if row is None:
+            raise not_found("attachment", project_id)
+        if row["owner"]:
+            raise conflict("owner_attachment", "the runtime's own project stays attached; decommission the runtime "
+                           "to end it", project_id=str(project_id))
+        account = access.account_name({"name": row["project_name"], "id": project_id})
+        # a runtime that is not serving runs no job (its members are torn down, or it never started)
+        gw = gateway.for_instance(conn, settings, instance) if instance["status"] in ("running", "degraded") else None
+    if gw is not None:
+        page = gw.call("GET", "/v1/jobs", {"accounts": [account], "node_operate": False},
+                       params={"state": ",".join(ACTIVE_JOB_STATES), "limit": 500})
+        active = [j for j in page.get("items") or [] if j.get("account") == account]
+        if active:
+            raise conflict("attachment_has_jobs", f"project {row['project_name']} has {len(active)} queued or running "
+                           f"job(s) in account {account}; cancel them or let them end, then detach",
+                           jobs=len(active), job_ids=[str(j.get("id")) for j in active[:20]], account=account)
+    with db.transaction() as conn:
+        instance = instances.get_instance(conn, instance_id, lock=True)
+        updated = conn.execute(
+            """UPDATE instance_attachments SET status = 'detached', detached_by = %s, detached_at = now()
+                WHERE id = %s AND status = 'attached' RETURNING id""", (caller.id, row["id"])).fetchone()
+        if updated is None:
+            raise conflict("already_detached", f"project {row['project_name']} was detached meanwhile")
+        view = _view(conn, row["id"])
+        audit.append_event(conn, instance, "apps.instance.project_detached", _payload(view) | {"detach_reason": reason})
+        audit.record(conn, caller, "apps.shared_runtime.detach", "instance_attachment", row["id"],
+                     before={"status": "attached"}, after=_payload(view) | {"status": "detached"}, reason=reason,
+                     context=audit.instance_context(instance))
+        view["operation_ids"] = _remove_contributed(conn, settings, caller, instance, project_id)
+        view["operation_ids"] += access.queue_sync(conn, settings, caller, instance_id=instance_id,
+                                                   reason=f"project {row['project_name']} detached")
+    return view
+
+
+def _remove_contributed(conn: psycopg.Connection, settings: OperationSettings, caller: Principal, instance: dict,
+                        project_id: UUID) -> list[UUID]:
+    """A member_remove for each live member the project contributed; one never deployed is simply removed."""
+    from ..operations import service as operations  # operations imports this module's callers
+
+    queued = []
+    for m in conn.execute("""SELECT id, status FROM app_instance_members WHERE instance_id = %s
+                               AND source_project_id = %s AND status <> 'removed' ORDER BY seq""",
+                          (instance["id"], project_id)).fetchall():
+        if m["status"] == "pending":
+            instances.set_member_status(conn, m["id"], "removed", reason="its project was detached", actor=caller)
+            continue
+        queued.append(operations.accept(conn, settings, caller, instance["id"], "member_remove",
+                                        {"reason": "its project was detached"}, member_id=m["id"])["id"])
+    return queued
+
+
+_GRANT_SELECT = """
+SELECT g.*, p.name AS target_project_name, coalesce(u.email, s.name) AS principal_name
+  FROM submit_grants g JOIN projects p ON p.id = g.target_project_id
+  LEFT JOIN users u ON g.principal_kind = 'user' AND u.id = g.principal_id
+  LEFT JOIN service_accounts s ON g.principal_kind = 'service_account' AND s.id = g.principal_id
+"""
+
+
+def _grant_view(conn: psycopg.Connection, grant_id: UUID) -> dict:
+    row = conn.execute(_GRANT_SELECT + " WHERE g.id = %s", (grant_id,)).fetchone()
+    return row | {"account": access.account_name({"name": row["target_project_name"], "id": row["target_project_id"]})}
+
+
+def _grant_payload(row: dict) -> dict:
+    return {"grant_id": str(row["id"]), "principal_kind": row["principal_kind"],
+            "principal_id": str(row["principal_id"]), "principal": row["principal_name"],
+            "target_project_id": str(row["target_project_id"]),
+            "account": row["account"], "reason": row["reason"]}
+
+
+def list_grants(conn: psycopg.Connection, caller: Principal, instance_id: UUID) -> list[dict]:
+    instance = _shared_instance(conn, caller, instance_id, manage=False)
+    rows = conn.execute(_GRANT_SELECT + " WHERE g.instance_id = %s AND g.revoked_at IS NULL ORDER BY g.seq",
+                        (instance["id"],)).fetchall()
+    return [_grant_view(conn, r["id"]) for r in rows]
+
+
+def get_grant(conn: psycopg.Connection, caller: Principal, instance_id: UUID, grant_id: UUID) -> dict:
+    instance = _shared_instance(conn, caller, instance_id, manage=False)
+    row = conn.execute("SELECT id FROM submit_grants WHERE id = %s AND instance_id = %s",
+                       (grant_id, instance["id"])).fetchone()
+    if row is None:
+        raise not_found("submit_grant", grant_id)
+    return _grant_view(conn, grant_id)
+
+
+def grant(conn: psycopg.Connection, settings: OperationSettings, caller: Principal, instance_id: UUID, *,
+          principal_kind: str, principal_id: UUID, target_project_id: UUID, reason: str) -> dict:
+    """Let one principal that uses the runtime through its own project submit into another attached project's
+    account: the one association this grant names is added with the access_sync it queues."""
+    instance = _shared_instance(conn, caller, instance_id, manage=True)
+    projects = {p["id"]: p for p in scope.attached_projects(conn, instance)}
+    if target_project_id not in projects:
+        raise unprocessable("project_not_attached", "a grant names an attached project's account",
+                            project_id=str(target_project_id))
+    table = "users" if principal_kind == "user" else "service_accounts"
+    principal = conn.execute(f"SELECT * FROM {table} WHERE id = %s AND tenant_id = %s AND NOT disabled",  # noqa: S608
+                             (principal_id, instance["tenant_id"])).fetchone()
+    if principal is None:
+        raise not_found(principal_kind, principal_id)
+    identities = access.access_map(conn, instance)["identities"]
+    own = next((i for i in identities if i["principal"] == f"{principal_kind}:{principal_id}"), None)
+    if own is None:
+        raise unprocessable("principal_not_served", "the principal may submit jobs in no project attached to this "
+                            "runtime; a grant extends a principal's use of the runtime, it does not start it",
+                            principal_id=str(principal_id))
+    account = access.account_name(projects[target_project_id])
+    if account in own["accounts"]:
+        raise conflict("already_allowed", f"the principal may already submit into {account}", account=account)
+    row = conn.execute(
+        """INSERT INTO submit_grants (instance_id, principal_kind, principal_id, target_project_id, reason, created_by)
+           VALUES (%s, %s, %s, %s, %s, %s) RETURNING id""",
+        (instance_id, principal_kind, principal_id, target_project_id, reason, caller.id)).fetchone()
+    view = _grant_view(conn, row["id"])
+    audit.append_event(conn, instance, "apps.instance.submit_granted", _grant_payload(view))
+    audit.record(conn, caller, "apps.shared_runtime.grant", "submit_grant", row["id"], after=_grant_payload(view),
+                 reason=reason, context=audit.instance_context(instance))
+    view["operation_ids"] = access.queue_sync(conn, settings, caller, instance_id=instance_id,
+                                              reason=f"submit grant into {account}")
+    return view
+
+
+def revoke(conn: psycopg.Connection, settings: OperationSettings, caller: Principal, instance_id: UUID,
+           grant_id: UUID) -> dict:
+    instance = _shared_instance(conn, caller, instance_id, manage=True)
+    row = conn.execute("""UPDATE submit_grants SET revoked_by = %s, revoked_at = now()
+                           WHERE id = %s AND instance_id = %s AND revoked_at IS NULL RETURNING id""",
+                       (caller.id, grant_id, instance_id)).fetchone()
+    if row is None:
+        raise not_found("submit_grant", grant_id)
+    view = _grant_view(conn, grant_id)
+    audit.append_event(conn, instance, "apps.instance.submit_revoked", _grant_payload(view))
+    audit.record(conn, caller, "apps.shared_runtime.revoke", "submit_grant", grant_id,
+                 before=_grant_payload(view), after={"revoked": True}, context=audit.instance_context(instance))
+    view["operation_ids"] = access.queue_sync(conn, settings, caller, instance_id=instance_id,
+                                              reason=f"submit grant into {view['account']} revoked")
+    return view
