@@ -52,6 +52,7 @@ class Ctx:
     files: Path  # where the test app's credential module reads its secret
     settings: OperationSettings
     toy: ToyScheduler | None = None  # the scheduler of scheduler_instance()
+    shared_toy: ToyScheduler | None = None  # the scheduler of shared_instance()
 
     @property
     def ids(self):
@@ -194,6 +195,52 @@ class Ctx:
             point_at(self.sql, instance["id"], self.toy.port)
             self.ids["scheduler_instance"] = instance["id"]
         return self.ids["scheduler_instance"]
+
+    def shared_instance(self) -> str:
+        """A running tenant-shared runtime of the test app, owned by project A1, whose scheduler is a toy one."""
+        if self.shared_toy is None:
+            self.scheduler_instance()  # publishes and entitles the test app
+            instance = self.w.call(TA, "POST", f"/v1/projects/{self.ids['project_a1']}/instances", 201, json={
+                "name": uniq("shared"), "app_slug": TEST_APP, "allocation_ids": [self.ids[self.fresh_allocation()]],
+                "control_plane_scope": "tenant",
+                "topology": [{"role": "controller", "count": 1}, {"role": "worker", "count": 1}]}).json()
+            self.sql("UPDATE app_instances SET status = 'running' WHERE id = %s RETURNING id", (instance["id"],))
+            self.sql("UPDATE app_instance_members SET status = 'active' WHERE instance_id = %s RETURNING id",
+                     (instance["id"],))
+            with self.database.transaction() as conn:
+                secrets.ensure(conn, self.settings, instance["id"], {"scheduler_key": {"kind": "token", "size": 32}})
+                key = secrets.load(conn, self.settings, instance["id"])["scheduler_key"]
+            self.shared_toy = ToyScheduler(key, instance["id"], nodes=["n1"]).__enter__()
+            point_at(self.sql, instance["id"], self.shared_toy.port)
+            self.ids["shared_instance"] = instance["id"]
+        return self.ids["shared_instance"]
+
+    def attachable_project(self) -> str:
+        """A fresh project of tenant A, entitled to the test app and on the shared runtime's allowlist."""
+        iid = self.shared_instance()
+        project = self.w.call(TA, "POST", f"/v1/tenants/{self.ids['tenant_a']}/projects", 201,
+                              json={"name": uniq("proj"), "display_name": "x"}).json()["id"]
+        self.w.call(PA, "POST", f"/v1/projects/{project}/entitlements", 201, json={"app_slug": TEST_APP})
+        self.sql("""UPDATE app_instances SET attachable_project_ids = attachable_project_ids || %s::uuid
+                     WHERE id = %s RETURNING id""", (project, iid))
+        return project
+
+    def attached_project(self) -> str:
+        project = self.attachable_project()
+        self.sql("""INSERT INTO instance_attachments (instance_id, tenant_id, project_id, status)
+                    VALUES (%s, %s, %s, 'attached') RETURNING id""",
+                 (self.shared_instance(), self.ids["tenant_a"], project))
+        return project
+
+    def submit_grant(self) -> dict:
+        """A grant for project A1's service account into a fresh attached project's account."""
+        return {"principal_kind": "service_account", "principal_id": self.ids["sa_service_account"],
+                "target_project_id": self.attached_project(), "reason": "matrix"}
+
+    def live_grant(self) -> str:
+        iid = self.shared_instance()
+        grant = self.w.call(TA, "POST", f"/v1/instances/{iid}/submit-grants", 201, json=self.submit_grant()).json()
+        return f"/v1/instances/{iid}/submit-grants/{grant['id']}"
 
     def job_path(self, action: str = "") -> str:
         """A job the project admin submitted to the toy scheduler."""
@@ -428,6 +475,29 @@ CASES: list[Case] = [
       lambda x, a: ("GET", f"/v1/instances/{x.scheduler_instance()}/access-map", {})),
     c("POST", "/v1/instances/{instance_id}/access-sync", {TA, PADM, SA},
       lambda x, a: ("POST", f"/v1/instances/{x.running_instance()[0]}/access-sync", {})),
+    c("GET", "/v1/instances/{instance_id}/access-drift", {TA, PADM, SA},
+      lambda x, a: ("GET", f"/v1/instances/{x.scheduler_instance()}/access-drift", {})),
+    # tenant-shared runtimes: changes are the tenant admin's, reads the runtime's own project's
+    c("POST", "/v1/instances/{instance_id}/attachments", {TA}, lambda x, a: (
+        "POST", f"/v1/instances/{x.shared_instance()}/attachments",
+        {"json": {"project_id": x.attachable_project(), "reason": "matrix"}})),
+    c("GET", "/v1/instances/{instance_id}/attachments", PROJECT_READERS,
+      lambda x, a: ("GET", f"/v1/instances/{x.shared_instance()}/attachments", {})),
+    c("GET", "/v1/instances/{instance_id}/attachments/{project_id}", PROJECT_READERS,
+      lambda x, a: ("GET", f"/v1/instances/{x.shared_instance()}/attachments/{x.ids['project_a1']}", {})),
+    c("POST", "/v1/instances/{instance_id}/attachments/{project_id}/detach", {TA}, lambda x, a: (
+        "POST", f"/v1/instances/{x.shared_instance()}/attachments/{x.attached_project()}/detach",
+        {"json": {"reason": "matrix"}})),
+    c("GET", "/v1/projects/{project_id}/attachments", PROJECT_READERS,
+      lambda x, a: ("GET", f"/v1/projects/{x.ids['project_a1']}/attachments", {})),
+    c("POST", "/v1/instances/{instance_id}/submit-grants", {TA}, lambda x, a: (
+        "POST", f"/v1/instances/{x.shared_instance()}/submit-grants", {"json": x.submit_grant()})),
+    c("GET", "/v1/instances/{instance_id}/submit-grants", PROJECT_READERS,
+      lambda x, a: ("GET", f"/v1/instances/{x.shared_instance()}/submit-grants", {})),
+    c("GET", "/v1/instances/{instance_id}/submit-grants/{grant_id}", PROJECT_READERS,
+      lambda x, a: ("GET", x.live_grant(), {})),
+    c("POST", "/v1/instances/{instance_id}/submit-grants/{grant_id}/revoke", {TA},
+      lambda x, a: ("POST", x.live_grant() + "/revoke", {})),
     c("GET", "/v1/me/ssh-keys", PEOPLE),
     c("POST", "/v1/me/ssh-keys", PEOPLE,
       lambda x, a: ("POST", "/v1/me/ssh-keys", {"json": {"name": uniq("k"), "public_key": ssh_public_key()}})),
@@ -475,8 +545,9 @@ def ctx(shared, tmp_path_factory):
         ctx = Ctx(shared.world, shared.database, tmp_path_factory.mktemp("credentials"),
                   shared.app.state.operation_settings)
         yield ctx
-        if ctx.toy is not None:
-            ctx.toy.__exit__()
+        for toy in (ctx.toy, ctx.shared_toy):
+            if toy is not None:
+                toy.__exit__()
 
 
 def test_every_route_has_a_case():

@@ -20,7 +20,7 @@ from gpuaas_api.app import create_app
 _seq = itertools.count()
 # Path parameters that name something a tenant owns; catalog parameters (slug, version) do not.
 SCOPED_PARAMS = {"tenant_id", "project_id", "user_id", "token_id", "sa_id", "binding_id", "instance_id",
-                 "member_id", "operation_id", "allocation_id", "overlay_id", "key_id"}
+                 "member_id", "operation_id", "allocation_id", "overlay_id", "key_id", "grant_id"}
 # Routes that take the tenant's ids in the query or body instead of the path.
 SCOPED_ROUTES = {("POST", "/v1/role-bindings"), ("GET", "/v1/role-bindings"), ("POST", "/v1/policy/overlays"),
                  ("GET", "/v1/policy/overlays"), ("GET", "/v1/audit"), ("POST", "/v1/allocations")}
@@ -54,6 +54,11 @@ def _request(method: str, path: str, t: dict) -> tuple[str, dict]:
         ("POST", "/v1/instances/{instance_id}/members"): {"role": "worker", "allocation_id": t["allocation_id"]},
         ("POST", "/v1/instances/{instance_id}/members/{member_id}/replace"): {"allocation_id": t["allocation_id"]},
         ("POST", "/v1/admin/instances/{instance_id}/transitions"): {"to": "failed", "reason": "probe"},
+        ("POST", "/v1/instances/{instance_id}/attachments"): {"project_id": t["project_id"], "reason": "probe"},
+        ("POST", "/v1/instances/{instance_id}/attachments/{project_id}/detach"): {"reason": "probe"},
+        ("POST", "/v1/instances/{instance_id}/submit-grants"): {
+            "principal_kind": "service_account", "principal_id": t["sa_id"], "target_project_id": t["project_id"],
+            "reason": "probe"},
     }
     params = {
         "/v1/role-bindings": {"project_id": t["project_id"]},
@@ -97,7 +102,8 @@ def _targets(w, database, side: str) -> tuple[dict, set[str]]:
          "binding_id": binding, "instance_id": instance, "member_id": member, "operation_id": operation,
          "allocation_id": w.ids[alloc], "overlay_id": overlay, "slug": "slurm", "app_slug": "slurm",
          "version": "1.0.0", "version_id": version["id"], "artifact_id": version["artifact_id"],
-         "digest": "sha256:" + "ab" * 32, "name": "admin", "job_id": "4711", "key_id": key.json()["id"]}
+         "digest": "sha256:" + "ab" * 32, "name": "admin", "job_id": "4711", "key_id": key.json()["id"],
+         "grant_id": "6f1c5a43-9d2e-4b8a-8e1f-3c2d1b0a9f87"}
     secrets = {str(t[k]) for k in SCOPED_PARAMS if k != "tenant_id" or side == "tenant"}
     for path in (f"/v1/instances/{instance}", f"/v1/users/{user}"):
         body = w.call(pa if "users" in path else admin, "GET", path, 200).json()
