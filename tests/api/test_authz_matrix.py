@@ -488,6 +488,8 @@ CASES: list[Case] = [
     c("POST", "/v1/instances/{instance_id}/attachments/{project_id}/detach", {TA}, lambda x, a: (
         "POST", f"/v1/instances/{x.shared_instance()}/attachments/{x.attached_project()}/detach",
         {"json": {"reason": "matrix"}})),
+    c("GET", "/v1/instances/{instance_id}/billing", PROJECT_READERS,
+      lambda x, a: ("GET", f"/v1/instances/{x.shared_instance()}/billing", {})),
     c("GET", "/v1/projects/{project_id}/attachments", PROJECT_READERS,
       lambda x, a: ("GET", f"/v1/projects/{x.ids['project_a1']}/attachments", {})),
     c("POST", "/v1/instances/{instance_id}/submit-grants", {TA}, lambda x, a: (

@@ -1,5 +1,5 @@
-"""`gpuaas instances list|show|credential|access|access-sync`: a tenant's app instances, through the public
-API."""
+"""`gpuaas instances list|show|credential|access|access-map|access-sync|access-drift`: a tenant's app instances,
+through the public API."""
 
 from __future__ import annotations
 
@@ -61,6 +61,12 @@ def register(sub: argparse._SubParsersAction) -> None:
     sync.add_argument("instance", metavar="ID|NAME")
     operation_options(sync)
     sync.set_defaults(func=sync_access)
+    drift = isub.add_parser("access-drift", help="how the runtime's accounts and associations differ from the "
+                                                 "platform's (repair: access-sync)")
+    drift.add_argument("instance", metavar="ID|NAME")
+    project_option(drift)
+    output_option(drift)
+    drift.set_defaults(func=show_access_drift)
 
 
 def roles(instance: dict, by_status: bool = False) -> str:
@@ -224,6 +230,29 @@ def sync_access(args, client) -> int:
 
     instance = lookup.instance(client, args.instance, project_ref(args))
     return run_operation(args, client, f"/v1/instances/{instance['id']}/access-sync")
+
+
+@command
+def show_access_drift(args, client) -> int:
+    from ..client import lookup
+    from ..client.render import dump
+
+    instance = lookup.instance(client, args.instance, project_ref(args))
+    drift = client.get(f"/v1/instances/{instance['id']}/access-drift")
+    if json_output(args):
+        dump(drift)
+        return 0 if drift["in_sync"] else 1
+    if drift["in_sync"]:
+        print(f"{instance['name']}: the runtime's accounts and associations are the platform's")
+        return 0
+    for key in ("missing_accounts", "unexpected_accounts", "foreign_accounts"):
+        for name in drift[key]:
+            print(f"{key.replace('_', ' ')[:-1]}: {name}")
+    for key in ("missing_associations", "unexpected_associations"):
+        for a in drift[key]:
+            print(f"{key.replace('_', ' ')[:-1]}: {a['user']} in {a['account']}")
+    print(f"gpuaas: repair with: gpuaas instances access-sync {instance['name']}", file=sys.stderr)
+    return 1
 
 
 def write_private(path: Path, content: str, *, replace: bool) -> None:

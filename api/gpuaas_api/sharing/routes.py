@@ -169,3 +169,40 @@ def revoke_grant(instance_id: UUID, grant_id: UUID, caller: Caller, db: DB, sett
     queues."""
     with db.transaction() as conn:
         return service.revoke(conn, settings, caller, instance_id, grant_id)
+
+
+class MemberCharge(BaseModel):
+    member_id: UUID
+    role: str
+    node_name: str
+    status: str
+    allocation_id: UUID
+    project_id: UUID = Field(description="the project charged for this member's time")
+    project_name: str | None
+    charged_as: Literal["project", "tenant_shared_owner"]
+
+
+class AccountCharge(BaseModel):
+    account: str
+    project_id: UUID = Field(description="the project charged for the jobs of this account")
+    project_name: str | None
+    charged_as: Literal["project"]
+
+
+class BillingSplit(BaseModel):
+    """Who pays for what on this instance (docs/metering.md, docs/tenant-shared.md "Billing split")."""
+    instance_id: UUID
+    control_plane_scope: str
+    owner_project_id: UUID
+    members: list[MemberCharge]
+    job_accounts: list[AccountCharge]
+
+
+@api.get("/v1/instances/{instance_id}/billing", operation_id="instances_billing_get", response_model=BillingSplit)
+def billing_split(instance_id: UUID, caller: Caller, db: DB):
+    """The billing split of the instance (`apps.instance.read`): each member that is not removed (pending ones
+    too, so the split is visible before a deploy) with the project charged for its time, and each account's
+    project, charged for its jobs. A tenant-shared runtime's controller and reserved capacity are the owner's
+    (`tenant_shared_owner`); contributed members and each project's jobs are that project's."""
+    with db.transaction() as conn:
+        return service.billing_split(conn, caller, instance_id)

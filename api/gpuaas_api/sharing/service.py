@@ -179,6 +179,32 @@ def _remove_contributed(conn: psycopg.Connection, settings: OperationSettings, c
     return queued
 
 
+def billing_split(conn: psycopg.Connection, caller: Principal, instance_id: UUID) -> dict:
+    """Who is charged for each member there is (pending ones too: the split is visible before a deploy) and for
+    jobs of each account, by the metering rule itself (metering/attribution.py)."""
+    from ..metering import attribution
+
+    instance = instances.get_instance(conn, instance_id)
+    caller.require("apps.instance.read", tenant_id=instance["tenant_id"], project_id=instance["project_id"])
+    names = {p["id"]: p["name"] for p in scope.attached_projects(conn, instance, with_detached=True)}
+    members = []
+    for m in conn.execute("""SELECT id, role, node_name, host_name, allocation_id, status, source_project_id
+                               FROM app_instance_members WHERE instance_id = %s AND status <> 'removed' ORDER BY seq""",
+                          (instance_id,)).fetchall():
+        charge = attribution.charged_to(instance, m)
+        members.append({"member_id": m["id"], "role": m["role"], "node_name": m["node_name"], "status": m["status"],
+                        "allocation_id": m["allocation_id"], "project_id": charge.project_id,
+                        "project_name": names.get(charge.project_id), "charged_as": charge.charged_as})
+    by_account = {access.account_name(p): p for p in scope.attached_projects(conn, instance)}
+    accounts = []
+    for account, project in by_account.items():
+        charge = attribution.job_charged_to(instance, account, {a: p["id"] for a, p in by_account.items()})
+        accounts.append({"account": account, "project_id": charge.project_id, "project_name": project["name"],
+                         "charged_as": charge.charged_as})
+    return {"instance_id": instance_id, "control_plane_scope": instance["control_plane_scope"],
+            "owner_project_id": instance["project_id"], "members": members, "job_accounts": accounts}
+
+
 _GRANT_SELECT = """
 SELECT g.*, p.name AS target_project_name, coalesce(u.email, s.name) AS principal_name
   FROM submit_grants g JOIN projects p ON p.id = g.target_project_id
