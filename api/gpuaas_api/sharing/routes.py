@@ -113,12 +113,13 @@ def get_attachment(instance_id: UUID, project_id: UUID, caller: Caller, db: DB):
 
 @api.post("/v1/instances/{instance_id}/attachments/{project_id}/detach", operation_id="attachments_detach",
           response_model=Attachment, openapi_extra=docs.example({"reason": "the project moved to its own cluster"}),
-          responses=errors.responses("owner_attachment", "attachment_has_jobs", "already_detached",
+          responses=errors.responses("owner_attachment", "attachment_has_jobs", "operation_open", "already_detached",
                                      "scheduler_unavailable", *_SHARED))
 def detach(instance_id: UUID, project_id: UUID, body: Detach, caller: Caller, db: DB, settings: RunSettings):
     """Detach a project (`apps.shared_runtime.manage`). Refused while any job of its account is queued or running
-    (409 attachment_has_jobs: cancel them or let them end). Its principals lose the runtime at once; its contributed
-    members are removed (a member_remove each) and its account with the access_sync this queues."""
+    (409 attachment_has_jobs: cancel them or let them end), or while an operation on one of its members is open
+    (409 operation_open). Its principals lose the runtime at once; its contributed members are removed (a
+    member_remove each) and its account with the access_sync this queues."""
     return service.detach(db, settings, caller, instance_id, project_id, body.reason)
 
 

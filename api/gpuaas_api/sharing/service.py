@@ -133,6 +133,17 @@ def detach(db: Database, settings: OperationSettings, caller: Principal, instanc
         if row["owner"]:
             raise conflict("owner_attachment", "the runtime's own project stays attached; decommission the runtime "
                            "to end it", project_id=str(project_id))
+        busy = conn.execute(
+            """SELECT o.id, o.kind, o.status FROM operations o
+                WHERE o.instance_id = %s AND o.status IN ('queued', 'running')
+                  AND o.member_ids && ARRAY(SELECT id FROM app_instance_members
+                                             WHERE instance_id = %s AND source_project_id = %s)
+                ORDER BY o.seq LIMIT 1""",
+            (instance_id, instance_id, project_id)).fetchone()
+        if busy:
+            raise conflict("operation_open", f"a {busy['kind']} of one of the project's members is {busy['status']}; "
+                           "let it finish or cancel it, then detach", operation_id=str(busy["id"]),
+                           kind=busy["kind"], status=busy["status"])
         account = access.account_name({"name": row["project_name"], "id": project_id})
         # a runtime that is not serving runs no job (its members are torn down, or it never started)
         gw = gateway.for_instance(conn, settings, instance) if instance["status"] in ("running", "degraded") else None
