@@ -25,6 +25,7 @@ from .correlation import CorrelationMiddleware
 from .executor import runner
 from .iam.routes import api as iam_api
 from .instances.routes import api as instances_api
+from .metering.routes import api as usage_api
 from .observability import metrics
 from .observability.middleware import ObservabilityMiddleware
 from .operations.routes import api as operations_api
@@ -34,7 +35,7 @@ from .scheduler.routes import api as scheduler_api
 from .sharing.routes import api as sharing_api
 
 ROUTERS = [iam_api, catalog_api, policy_api, allocations_api, instances_api, operations_api, audit_api, admin_api,
-           content_api, registry_api, scheduler_api, access_api, sharing_api]
+           content_api, registry_api, scheduler_api, access_api, sharing_api, usage_api]
 
 
 class Health(BaseModel):

@@ -135,6 +135,9 @@ class GpuaasSettings(BaseSettings):
     health_connect_timeout_seconds: int = Field(5, ge=1)
     # A failure moves a status only when a second check reads it too; that check comes this much later.
     health_confirm_seconds: float = Field(5.0, gt=0)
+    # Usage metering (metering/, docs/metering.md): each worker runs a metering pass this often (0: this worker
+    # meters nothing); records and cursors make passes of several workers add up to one.
+    metering_interval_seconds: float = Field(300.0, ge=0)
     # Per-project quota on queued + running operations (0: none); more is refused with 429.
     max_open_operations_per_project: int = Field(50, ge=0)
     # Per-kind run timeouts in seconds; the environment overrides single kinds: "deploy=7200,refresh=60".
@@ -434,6 +437,7 @@ class OperationSettings:
     health_timeout_seconds: float = _from_model("health_timeout_seconds")
     health_connect_timeout_seconds: int = _from_model("health_connect_timeout_seconds")
     health_confirm_seconds: float = _from_model("health_confirm_seconds")
+    metering_interval_seconds: float = _from_model("metering_interval_seconds")
     site_vars: dict[str, Any] = _from_model("site_vars")
 
     @classmethod

@@ -33,6 +33,7 @@ PA, TA, PADM, PM, SA = "platform_admin", "tenant_admin", "project_admin", "proje
 PROJECT_READERS = {TA, PADM, PM, SA}  # apps.instance.read in project A1
 PROJECT_USERS = {TA, PADM, PM, SA}  # scheduler.queue.* and scheduler.node.read in project A1
 PEOPLE = AUTHENTICATED - {SA, "other_service_account"}  # users: their own SSH keys
+USAGE_WINDOW = {"start": "2026-01-01", "end": "2026-02-01T00:00:00Z"}
 _seq = itertools.count()
 
 
@@ -512,6 +513,11 @@ CASES: list[Case] = [
       lambda x, a: ("GET", f"/v1/operations/{x.queued_operation()}/artifacts", {})),
     c("GET", "/v1/instances/{instance_id}/events/stream", PROJECT_READERS, lambda x, a: (
         "GET", f"/v1/instances/{x.ids['instance_a1']}/events/stream", {"params": {"max_seconds": 1}})),
+    # usage records (docs/metering.md): usage.read in the project, or on the tenant for its breakdown
+    c("GET", "/v1/projects/{project_id}/usage", {TA, PADM, SA}, lambda x, a: (
+        "GET", f"/v1/projects/{x.ids['project_a1']}/usage", {"params": USAGE_WINDOW})),
+    c("GET", "/v1/tenants/{tenant_id}/usage", {TA}, lambda x, a: (
+        "GET", f"/v1/tenants/{x.ids['tenant_a']}/usage", {"params": USAGE_WINDOW | {"format": "csv"}})),
     # audit
     c("GET", "/v1/audit", {PA, TA, PADM},
       lambda x, a: ("GET", "/v1/audit", {"params": {"project_id": x.ids["project_a1"]}})),

@@ -65,6 +65,8 @@ def _request(method: str, path: str, t: dict) -> tuple[str, dict]:
         "/v1/policy/overlays": {"scope_kind": "project", "project_id": t["project_id"]},
         "/v1/audit": {"project_id": t["project_id"]},
         "/v1/instances/{instance_id}/events/stream": {"max_seconds": 1},
+        "/v1/projects/{project_id}/usage": {"start": "2026-01-01", "end": "2026-02-01"},
+        "/v1/tenants/{tenant_id}/usage": {"start": "2026-01-01", "end": "2026-02-01"},
     }
     kwargs: dict = {"headers": dict(BREAK_GLASS) if path.startswith("/v1/admin/") else {}}
     if (method, path) in bodies:

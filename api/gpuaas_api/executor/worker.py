@@ -33,6 +33,7 @@ from ..db import Database, retrying
 from ..errors import ApiError
 from ..health.checker import HealthChecker
 from ..instances import service as instances
+from ..metering.loop import Metering
 from ..observability import logs, metrics, tracing
 from ..operations import rules, truth
 from ..operations import service as ops
@@ -116,12 +117,14 @@ class Worker:
         threading.Thread(target=self._listen, name=f"listener-{self.name}", daemon=True).start()
         # Health checks run on threads of their own: they never take an operation slot.
         checkers = HealthChecker(self.db, self.settings, self.name, self.stop).start()
+        # Usage metering too (metering/): a pass every metering_interval_seconds.
+        meters = Metering(self.db, self.settings, self.stop).start()
         threads = [threading.Thread(target=self._loop, args=(f"{self.name}/{i}",), name=f"worker-{i}", daemon=True)
                    for i in range(self.concurrency)]
         for t in threads:
             t.start()
         # Joined too: a check in flight stops its run when stop is set and removes its scratch directory.
-        for t in threads + checkers:
+        for t in threads + checkers + meters:
             t.join()
         if server is not None:
             server.shutdown()
