@@ -16,13 +16,15 @@ description:
     and O(users), in one module run (an access map's accounts and identities). An account is the platform's
     when its description starts with O(description_prefix); other accounts are left alone.
   - Every account of O(accounts) exists under O(parent) with the description O(description_prefix) followed by
-    its project id. Every user of O(users) is associated with its account alone (associations with any other
-    account are removed), and that account is its default.
-  - Users associated with a platform account that O(users) does not name (or names with another account) lose
+    its project id. Every user of O(users) is associated with exactly its accounts (associations with any other
+    account are removed), and the first of them is its default.
+  - Users associated with a platform account that O(users) does not name (or names without that account) lose
     that association, and platform accounts that O(accounts) does not name are removed, their users'
     associations first. slurmdbd refuses to remove an association while jobs of it are queued or running, so those
     jobs are cancelled first (C(scancel)) and the removal is retried until slurmdbd has recorded their end.
     A user left without associations is removed from slurmdbd by Slurm itself.
+  - So a run repairs what was changed by hand with sacctmgr - an association of O(users) removed is added again,
+    one added is removed, and a platform account removed is created again, with its users' associations.
   - An account of O(accounts) that exists without the platform's description is refused, as is a platform
     account that has sub-accounts of someone else (removing it would remove them).
   - sacctmgr silently lowercases names and descriptions, so names and project ids it would store as something
@@ -48,8 +50,9 @@ options:
         required: true
   users:
     description:
-      - Every user the platform associates, mapped to its account (one of O(accounts)), such as
-        C({{ gpuaas_access.identities | items2dict(key_name='name', value_name='account') }}).
+      - Every user the platform associates, mapped to its accounts (each one of O(accounts)) - a list of account
+        names, the first being the user's default account, or one account name (the same as a list of one), such
+        as C({{ gpuaas_access.identities | items2dict(key_name='name', value_name='accounts') }}).
     type: dict
     default: {}
   description_prefix:
@@ -88,15 +91,16 @@ EXAMPLES = r"""
 - name: Keep the Slurm accounts and associations equal to the access map
   gpuaas.apps.slurm_accounts:
     accounts: "{{ gpuaas_access.accounts }}"
-    users: "{{ gpuaas_access.identities | items2dict(key_name='name', value_name='account') }}"
+    users: "{{ gpuaas_access.identities | items2dict(key_name='name', value_name='accounts') }}"
 
 - name: Written out
   gpuaas.apps.slurm_accounts:
     accounts:
       - {name: research, project_id: 6c1f0e52-3b8e-4e0a-9a9e-7d5c1b2a4f10}
+      - {name: vision, project_id: 0b7d4e11-2c4f-4a7e-8d1b-5e9f3a6c2d81}
     users:
-      alice-3f9a: research
-      bob-77c2: research
+      alice-3f9a: research            # one account, her default
+      bob-77c2: [vision, research]    # two; vision is his default
 """
 
 RETURN = r"""
@@ -113,7 +117,7 @@ accounts_removed:
   elements: str
   sample: [old-project]
 users_changed:
-  description: Users of O(users) whose associations or default account changed.
+  description: Users of O(users) whose associations (one added or removed) or default account changed.
   returned: always
   type: list
   elements: str
@@ -183,13 +187,34 @@ def check_params(params):
         if account["name"] == "root":
             problems.append("accounts must not name root")
         names.add(account["name"])
-    for user, account in sorted((params["users"] or {}).items()):
+    for user, value in sorted((params["users"] or {}).items()):
         problems.append(name_problem("user", user))
-        if not isinstance(account, str):
-            problems.append("users.%s must be an account name, not %r" % (user, account))
-        elif account not in names:
-            problems.append("user %s: its account %s is not one of accounts" % (user, account))
+        listed = user_accounts(value)
+        if listed is None:
+            problems.append("users.%s must be an account name or a non-empty list of account names, not %r"
+                            % (user, value))
+            continue
+        if len(set(listed)) != len(listed):
+            problems.append("users.%s names an account twice: %s" % (user, ", ".join(listed)))
+        for account in listed:
+            if account not in names:
+                problems.append("user %s: its account %s is not one of accounts" % (user, account))
     return [p for p in problems if p]
+
+
+def user_accounts(value):
+    """A user's accounts, its default first, from O(users)'s value (one name, or a list of names); None when it is
+    neither."""
+    if isinstance(value, str):
+        return [value]
+    if isinstance(value, list) and value and all(isinstance(a, str) for a in value):
+        return list(value)
+    return None
+
+
+def wanted_users(params):
+    """O(users) as user -> its accounts, its default first (check_params() has refused any other value)."""
+    return dict((user, user_accounts(value)) for user, value in (params["users"] or {}).items())
 
 
 class Snapshot:
@@ -251,7 +276,7 @@ def plan(params, snapshot):
     cluster = params.get("cluster")
     in_cluster = ["cluster=%s" % cluster] if cluster else []
     wanted = dict((a["name"], prefix + a["project_id"]) for a in params["accounts"])
-    users = params["users"] or {}
+    users = wanted_users(params)
     platform = snapshot.platform_accounts(prefix)
     result = Plan()
 
@@ -288,26 +313,22 @@ def plan(params, snapshot):
             result.changes.append(["-i", "modify", "account", "where", "name=%s" % name] + in_cluster
                                   + ["set", "parent=%s" % parent])
 
-    for user, account in sorted(users.items()):
+    for user, listed in sorted(users.items()):
         has = snapshot.accounts_of(user)
-        changed = False
-        if account not in has:
-            new_user = user not in snapshot.defaults
-            result.changes.append(["-i", "add", "user", user, "account=%s" % account] + in_cluster
-                                  + (["defaultaccount=%s" % account] if new_user else []))
-            changed = True
-            if not new_user and snapshot.defaults[user] != account:
-                result.changes.append(["-i", "modify", "user", "where", "name=%s" % user] + in_cluster
-                                      + ["set", "defaultaccount=%s" % account])
-        elif snapshot.defaults.get(user) != account:
+        default = listed[0]
+        missing = [a for a in listed if a not in has]
+        new_user = user not in snapshot.defaults
+        if missing:
+            # one command for all of them; a user new to slurmdbd gets its default with its first association
+            result.changes.append(["-i", "add", "user", user, "account=%s" % ",".join(missing)] + in_cluster
+                                  + (["defaultaccount=%s" % default] if new_user else []))
+        if not new_user and snapshot.defaults[user] != default:
+            # before any removal: the old default may be one of the associations that go
             result.changes.append(["-i", "modify", "user", "where", "name=%s" % user] + in_cluster
-                                  + ["set", "defaultaccount=%s" % account])
-            changed = True
-        for other in has:
-            if other != account:
-                changed = True
-                result.removals.append((other, user))
-        if changed:
+                                  + ["set", "defaultaccount=%s" % default])
+        extra = [a for a in has if a not in listed]
+        result.removals.extend((other, user) for other in extra)
+        if missing or extra or snapshot.defaults.get(user) != default:
             result.users_changed.append(user)
 
     # Users' associations one by one, a stale account's too, before the account: removing an account leaves its
@@ -382,7 +403,7 @@ def view(snapshot, params):
     """The platform's accounts (project ids) and the users of them or of O(users), for --diff."""
     prefix = params["description_prefix"]
     accounts = dict((a, snapshot.descriptions[a][len(prefix):]) for a in snapshot.platform_accounts(prefix))
-    names = set(params["users"] or {})
+    names = set(wanted_users(params))
     for account in accounts:
         names.update(snapshot.users_of(account))
     users = {}
@@ -395,7 +416,8 @@ def view(snapshot, params):
 
 def predicted_view(params):
     accounts = dict((a["name"], a["project_id"]) for a in params["accounts"])
-    users = dict((u, {"accounts": [a], "default": a}) for u, a in sorted((params["users"] or {}).items()))
+    users = dict((u, {"accounts": sorted(listed), "default": listed[0]})
+                 for u, listed in sorted(wanted_users(params).items()))
     return {"accounts": accounts, "users": users}
 
 

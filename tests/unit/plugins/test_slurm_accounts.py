@@ -51,7 +51,8 @@ def params(accounts=(("research", "6c1f"),), users=None, **kw):
 # ---- input rules ----------------------------------------------------------------------------------------
 def test_names_sacctmgr_would_change_and_unknown_accounts_are_refused():
     problems = sas.check_params(params(accounts=[("Research", "6C1F"), ("root", "x"), ("a", "")],
-                                       users={"Alice": "research", "bob": "nosuch", "carol": ["a"]}))
+                                       users={"Alice": "research", "bob": "nosuch", "carol": 5, "dave": [],
+                                              "erin": ["a", "a"], "fay": ["a", "nosuch2"], "gus": ["a", 7]}))
     joined = "; ".join(problems)
     for expected in ("accounts[0].name 'Research' has uppercase letters",
                      "accounts[0].project_id '6C1F' has uppercase letters",
@@ -59,9 +60,15 @@ def test_names_sacctmgr_would_change_and_unknown_accounts_are_refused():
                      "accounts[2].project_id must not be empty",
                      "user 'Alice' has uppercase letters",
                      "user bob: its account nosuch is not one of accounts",
-                     "users.carol must be an account name"):
+                     "users.carol must be an account name or a non-empty list of account names, not 5",
+                     "users.dave must be an account name or a non-empty list",
+                     "users.erin names an account twice: a, a",
+                     "user fay: its account nosuch2 is not one of accounts",
+                     "users.gus must be an account name or a non-empty list of account names, not ['a', 7]"):
         assert expected in joined, joined
     assert sas.check_params(params(users={"alice-3f9a": "research"})) == []
+    assert sas.check_params(params(accounts=[("research", "1"), ("old", "2")],
+                                   users={"alice-3f9a": ["old", "research"], "bob": ["research"]})) == []
 
 
 def test_an_account_given_twice_is_refused():
@@ -78,7 +85,7 @@ def test_an_empty_slurmdbd_gets_the_accounts_and_users_with_their_defaults():
         ["-i", "add", "account", "research", "parent=root", "description=gpuaas project 6c1f"],
         ["-i", "add", "user", "alice-3f9a", "account=research", "defaultaccount=research"],
         # bob is in slurmdbd already (recorded: tenant1 and proj-a): another association, then the default,
-        # then his other associations go, the site's accounts' too (an identity has its account alone)
+        # then his other associations go, the site's accounts' too (an identity has its accounts alone)
         ["-i", "add", "user", "bob", "account=other"],
         ["-i", "modify", "user", "where", "name=bob", "set", "defaultaccount=other"],
     ]
@@ -113,6 +120,60 @@ def test_a_user_moved_to_another_account_gets_it_as_default_before_the_old_one_g
                                users={"alice-3f9a": "old", "bob-77c2": "research", "carol-1": "old"}), PLATFORM)
     assert the_plan.changes == [["-i", "modify", "user", "where", "name=alice-3f9a", "set", "defaultaccount=old"]]
     assert the_plan.removals == [("research", "alice-3f9a")]
+
+
+# ---- several accounts per user (a member of several projects, a service account with a cross-project grant) ----
+BOTH = (("research", "6c1f"), ("old", "99aa"))
+
+
+def test_a_user_gets_all_its_accounts_in_one_command_the_first_as_default():
+    the_plan = sas.plan(params(accounts=BOTH, users={"dana-1": ["old", "research"]}), snapshot())
+    assert the_plan.changes[-1] == ["-i", "add", "user", "dana-1", "account=old,research", "defaultaccount=old"]
+    assert the_plan.removals == [] and the_plan.users_changed == ["dana-1"]
+    # a user slurmdbd knows already (bob: tenant1 and proj-a, the site's) gets both, then its default, then loses
+    # the site's
+    the_plan = sas.plan(params(accounts=BOTH, users={"bob": ["research", "old"]}), snapshot())
+    assert the_plan.changes[-2:] == [["-i", "add", "user", "bob", "account=research,old"],
+                                     ["-i", "modify", "user", "where", "name=bob", "set", "defaultaccount=research"]]
+    assert the_plan.removals == [("proj-a", "bob"), ("tenant1", "bob")]
+
+
+def test_several_accounts_equal_to_slurmdbd_need_nothing_in_either_order_of_listing():
+    users = {"alice-3f9a": ["research", "old"], "bob-77c2": "research", "carol-1": ["old"]}
+    assert sas.plan(params(accounts=BOTH, users=users), PLATFORM).empty()
+    # the same associations with the other default: only the default changes
+    the_plan = sas.plan(params(accounts=BOTH, users={**users, "alice-3f9a": ["old", "research"]}), PLATFORM)
+    assert the_plan.changes == [["-i", "modify", "user", "where", "name=alice-3f9a", "set", "defaultaccount=old"]]
+    assert the_plan.removals == [] and the_plan.users_changed == ["alice-3f9a"]
+    assert sas.predicted_view(params(accounts=BOTH, users=users))["users"]["alice-3f9a"] == {
+        "accounts": ["old", "research"], "default": "research"}
+    assert sas.view(PLATFORM, params(accounts=BOTH, users=users))["users"] == sas.predicted_view(
+        params(accounts=BOTH, users=users))["users"]
+
+
+def test_hand_made_drift_is_repaired():
+    users = {"alice-3f9a": ["research", "old"], "bob-77c2": "research", "carol-1": ["old"]}
+    # alice's association with old removed by hand: added again
+    removed = snapshot(PLATFORM_ACCOUNTS, PLATFORM_ASSOCS.replace("gpuaas-test|old|alice-3f9a||1|||||\n", ""),
+                       PLATFORM_USERS)
+    the_plan = sas.plan(params(accounts=BOTH, users=users), removed)
+    assert the_plan.changes == [["-i", "add", "user", "alice-3f9a", "account=old"]] and not the_plan.removals
+    # bob associated with old by hand: removed; so is a user the list does not name at all
+    added = snapshot(PLATFORM_ACCOUNTS, PLATFORM_ASSOCS + "gpuaas-test|old|bob-77c2||1|||||\n"
+                     "gpuaas-test|research|eve-9||1|||||\n", PLATFORM_USERS + "eve-9|research\n")
+    the_plan = sas.plan(params(accounts=BOTH, users=users), added)
+    assert the_plan.changes == [] and the_plan.removals == [("old", "bob-77c2"), ("research", "eve-9")]
+    assert the_plan.users_changed == ["bob-77c2"] and the_plan.users_removed == ["eve-9"]
+    # old removed by hand (with its associations; carol, left without any, went with them): created again, with
+    # alice's and carol's associations
+    gone = snapshot("research|gpuaas project 6c1f|research\n",
+                    "".join(line + "\n" for line in PLATFORM_ASSOCS.splitlines() if "|old|" not in line),
+                    "alice-3f9a|research\nbob-77c2|research\n")
+    the_plan = sas.plan(params(accounts=BOTH, users=users), gone)
+    assert the_plan.changes == [["-i", "add", "account", "old", "parent=root", "description=gpuaas project 99aa"],
+                                ["-i", "add", "user", "alice-3f9a", "account=old"],
+                                ["-i", "add", "user", "carol-1", "account=old", "defaultaccount=old"]]
+    assert the_plan.accounts_added == ["old"] and the_plan.users_changed == ["alice-3f9a", "carol-1"]
 
 
 def test_description_and_parent_are_set_back():
@@ -243,6 +304,16 @@ def test_module_fails_when_slurmdbd_still_differs():
                          **reads(assocs="", accounts="", users="")})
     ended = run_module(sas.main, dict(accounts=[{"name": "research", "project_id": "6c1f"}]), slurm)
     assert ended.failed and "still differs" in ended.result["msg"] and "add account research" in ended.result["msg"]
+
+
+def test_module_takes_lists_and_strings():
+    slurm = ReplaySlurm(reads())
+    args = dict(accounts=[{"name": "research", "project_id": "6c1f"}, {"name": "old", "project_id": "99aa"}],
+                users={"alice-3f9a": ["research", "old"], "bob-77c2": "research", "carol-1": ["old"]})
+    result = run_module(sas.main, args, slurm).result
+    assert result["changed"] is False and result["commands"] == [], result
+    refused = run_module(sas.main, dict(args, users={"alice-3f9a": {"research": 1}}), ReplaySlurm({}))
+    assert refused.failed and "users.alice-3f9a must be an account name or a non-empty list" in refused.result["msg"]
 
 
 def test_module_without_changes_reads_no_queue():

@@ -12,7 +12,7 @@ import pytest
 import yaml
 from ansible_collections.gpuaas.apps.plugins.module_utils.slurm import parse_parsable
 
-USER, OTHER = "live-ada", "live-bo"
+USER, OTHER, THIRD = "live-ada", "live-bo", "live-cy"
 
 
 @pytest.fixture
@@ -23,6 +23,7 @@ def live(live_slurm):
     yield live_slurm
     live_slurm.run("scancel", "--full", "-u", USER, check=False)
     live_slurm.run("scancel", "--full", "-u", OTHER, check=False)
+    live_slurm.run("scancel", "--full", "-u", THIRD, check=False)
     cleared = accounts(live_slurm, [], {})
     assert not cleared.get("failed"), cleared
     assert not live_slurm.module("unix_identities", dict(identities=[])).get("failed")
@@ -110,6 +111,68 @@ def test_a_moved_user_a_dropped_user_and_a_dropped_account_with_their_jobs(live)
     assert submit(live, USER).returncode == 0  # to its new default account
 
 
+def test_several_accounts_per_user_and_drift_made_by_hand_is_repaired(live):
+    research, other = live.names["research"], live.names["other"]
+    items = [(research, "1"), (other, "2")]
+    unix_users(live, USER, OTHER, THIRD)
+    # USER: both accounts, other its default (a member of two projects); OTHER: research alone
+    users = {USER: [other, research], OTHER: research}
+    result = accounts(live, items, users, diff=True)
+    assert not result.get("failed"), result
+    assert f"sacctmgr -i add user {USER} account={other},{research} defaultaccount={other}" in result["commands"]
+    assert result["diff"]["after"]["users"][USER] == {"accounts": sorted([research, other]), "default": other}
+    now = assocs(live)
+    assert (research, USER) in now and (other, USER) in now and (other, OTHER) not in now
+    assert defaults(live)[USER] == other
+    assert submit(live, USER).returncode == 0  # to other, its default
+    assert submit(live, USER, research).returncode == 0
+    assert "Invalid account" in submit(live, OTHER, other).stderr
+    assert accounts(live, items, users)["changed"] is False
+    live.run("scancel", "-u", USER)  # sacctmgr refuses to remove an association with active jobs
+
+    # an association of the map removed by hand comes back
+    by_hand(live, "remove", "user", "where", f"name={USER}", f"account={research}")
+    assert (research, USER) not in assocs(live)
+    repaired = accounts(live, items, users)
+    assert repaired["changed"] and repaired["users_changed"] == [USER], repaired
+    assert repaired["commands"] == [f"sacctmgr -i add user {USER} account={research}"]
+    assert (research, USER) in assocs(live) and defaults(live)[USER] == other
+
+    # associations added by hand go: OTHER with other (which the map does not give it), THIRD (which the map does
+    # not name) with research
+    by_hand(live, "add", "user", OTHER, f"account={other}")
+    by_hand(live, "add", "user", THIRD, f"account={research}")
+    repaired = accounts(live, items, users)
+    assert repaired["users_changed"] == [OTHER] and repaired["users_removed"] == [THIRD], repaired
+    now = assocs(live)
+    assert (other, OTHER) not in now and (research, OTHER) in now and (research, THIRD) not in now
+    assert THIRD not in defaults(live)
+
+    # a platform account removed by hand (slurmdbd refuses to remove a user's default account: research is nobody's
+    # once OTHER moves to other) is created again, with its users' associations
+    users = {USER: [other, research], OTHER: [other, research]}
+    assert not accounts(live, items, users).get("failed")
+    by_hand(live, "remove", "account", "where", f"name={research}")
+    assert not {key for key in assocs(live) if research in key}
+    repaired = accounts(live, items, users)
+    assert repaired["accounts_added"] == [research] and repaired["users_changed"] == [USER, OTHER], repaired
+    now = assocs(live)
+    assert now[(research, "")] == "root" and (research, USER) in now and (research, OTHER) in now
+    assert defaults(live)[USER] == other and defaults(live)[OTHER] == other
+    described = live.run("sacctmgr", "-P", "-n", "show", "account", f"name={research}",
+                         "format=Description").stdout.strip()
+    assert described == "gpuaas project 1"
+    assert accounts(live, items, users)["changed"] is False
+
+
+def by_hand(live, *args):
+    """sacctmgr as an admin would run it, again while slurmdbd has not yet recorded the end of cancelled jobs."""
+    deadline = time.monotonic() + 30
+    while (done := live.run("sacctmgr", "-i", *args, check=False)).returncode != 0:
+        assert "Job(s) active" in done.stdout + done.stderr and time.monotonic() < deadline, done
+        time.sleep(0.5)
+
+
 def test_accounts_of_someone_else_are_refused_and_left_alone(live):
     site = live.names["research"]
     live.run("sacctmgr", "-i", "add", "account", site, "description=the site's own")
@@ -156,12 +219,14 @@ def play(live, tmp_path, access):
 
 
 def test_the_role_applies_the_access_map_and_a_second_run_changes_nothing(live, tmp_path):
-    research = live.names["research"]
+    research, other = live.names["research"], live.names["other"]
     access = {
-        "accounts": [{"name": research, "project_id": "6c1f-aa"}],
+        "accounts": [{"name": research, "project_id": "6c1f-aa"}, {"name": other, "project_id": "77bb-cc"}],
         "identities": [
-            {"name": USER, "uid": 200301, "account": research, "principal": "user:0a7e", "login": True,
-             "ssh_keys": []},
+            # a member of both projects, other first: its default
+            {"name": USER, "uid": 200301, "account": other, "accounts": [other, research], "principal": "user:0a7e",
+             "login": True, "ssh_keys": []},
+            # as a map from before `accounts` gives it: its one account
             {"name": OTHER, "uid": 200302, "account": research, "principal": "service_account:77", "login": False,
              "ssh_keys": []},
         ],
@@ -171,7 +236,9 @@ def test_the_role_applies_the_access_map_and_a_second_run_changes_nothing(live, 
     assert [t.split(" : ")[1].split(" ")[0] for t in tasks] == ["Validating", "Keep", "Keep"]
     assert live.run("getent", "passwd", USER).stdout.startswith(f"{USER}:x:200301:200301:gpuaas user/0a7e:")
     assert live.run("test", "-f", f"/home/{USER}/.ssh/authorized_keys").returncode == 0  # login, no keys: empty
-    assert defaults(live)[USER] == research and defaults(live)[OTHER] == research
+    assert defaults(live)[USER] == other and defaults(live)[OTHER] == research
+    now = assocs(live)
+    assert (other, USER) in now and (research, USER) in now and (research, OTHER) in now and (other, OTHER) not in now
     job = submit(live, OTHER)  # the mapped user submits to its default account
     assert job.returncode == 0, job.stderr
 
@@ -181,7 +248,7 @@ def test_the_role_applies_the_access_map_and_a_second_run_changes_nothing(live, 
     stats, _tasks = play(live, tmp_path, {"accounts": [], "identities": []})
     assert stats["changed"] == 2
     assert live.run("getent", "passwd", USER, check=False).returncode == 2
-    assert (research, "") not in assocs(live)
+    assert (research, "") not in assocs(live) and (other, "") not in assocs(live)
     deadline = time.monotonic() + 30
     while live.run("squeue", "-h", "-j", job.stdout.strip(), check=False).stdout.strip():
         assert time.monotonic() < deadline, "the removed user's job still runs"
