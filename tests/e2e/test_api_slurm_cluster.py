@@ -10,7 +10,6 @@ collection that pin their own package versions, and a rollback.
 import io
 import json
 import os
-import shutil
 import subprocess
 import tarfile
 import tempfile
@@ -29,9 +28,6 @@ from gpuaas_api.demo import Demo
 from .pinned_builds import PINNED_PACKAGES, REPO_LINE, local_repo, variant
 
 pytestmark = [pytest.mark.hosts, pytest.mark.slow]
-
-if not shutil.which("podman"):
-    pytest.skip("needs podman: run `make test` (scripts/setup.sh installs it)", allow_module_level=True)
 
 
 @pytest.fixture(scope="module")

@@ -6,7 +6,6 @@ own checks (nothing stuck, transitional, untruthful, orphaned, leaked or lost) m
 It runs as a subprocess, exactly as the bench is run; its summary and log are printed when it fails."""
 
 import json
-import shutil
 import subprocess
 import sys
 import time
@@ -17,9 +16,6 @@ import pytest
 pytestmark = [pytest.mark.hosts, pytest.mark.slow]
 
 ROOT = Path(__file__).resolve().parents[2]
-
-if not shutil.which("podman"):
-    pytest.skip("needs podman: run `make test` (scripts/setup.sh installs it)", allow_module_level=True)
 
 
 def test_a_short_chaos_soak_leaves_nothing_stuck_lost_or_untruthful(tmp_path):
