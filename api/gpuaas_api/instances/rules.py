@@ -70,7 +70,6 @@ class Runtime:
     control_plane_scope: str
     tenant_boundary_mode: str
     runtime_backend: str
-    notes: tuple[str, ...]
 
 
 def decide_runtime(app: dict, mode_hint: str | None, scope_hint: str | None) -> Runtime:
@@ -84,7 +83,7 @@ def decide_runtime(app: dict, mode_hint: str | None, scope_hint: str | None) -> 
     if "tenant_dedicated" not in app["operating_modes"]:
         raise unprocessable("mode_not_available", f"app {app['slug']} offers only {', '.join(app['operating_modes'])}, "
                             "which does not exist yet", offered=list(app["operating_modes"]))
-    return Runtime("tenant_dedicated", scope_hint or "project", "tenant_isolated", app["runtime_backend"], ())
+    return Runtime("tenant_dedicated", scope_hint or "project", "tenant_isolated", app["runtime_backend"])
 
 
 @dataclass(frozen=True)

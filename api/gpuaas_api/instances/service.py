@@ -247,7 +247,7 @@ def create_instance(conn: psycopg.Connection, actor: Principal, project: dict, b
     audit.append_event(conn, instance, "apps.instance.requested", {
         "app_version": version["version"], "artifact_reference": version["artifact_reference"],
         "workload_artifact_reference": version["workload_artifact_reference"], "canary": body.canary,
-        "topology": topology, "allocation_ids": [str(a) for a in ids], "decisions": list(runtime.notes),
+        "topology": topology, "allocation_ids": [str(a) for a in ids],
         "hints": {"operating_mode": body.operating_mode, "control_plane_scope": body.control_plane_scope},
     })
     audit.record(conn, actor, "apps.instance.create", "app_instance", instance["id"],
