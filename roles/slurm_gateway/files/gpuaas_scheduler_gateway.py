@@ -10,7 +10,8 @@ Every request carries an HS256 JWT signed with the instance's key, used once (it
 expires). Jobs are submitted with sbatch as the
 token's `sub` (a platform identity: a Unix user with uid >= min_uid), so that Slurm's munge authentication and
 enforced associations decide what that user may do; the gateway itself only ever lets a caller see and act on
-jobs of the accounts its token names (any other job is answered 404). Reads and cancels run as root. Nothing
+jobs of the accounts its token names (any other job is answered 404). Reads and cancels run as root. The platform's
+own reads of slurmdbd (accounts and associations, ended jobs' usage) need the token's `accounting` claim. Nothing
 runs through a shell. Each request logs one line (method, path, status, duration, sub) to stderr; never the
 token or the key.
 """
@@ -47,6 +48,7 @@ RESUME_SETTLE = 5.0  # seconds a resume waits for slurmctld to hear from the nod
 LIMIT_DEFAULT, LIMIT_MAX = 50, 500
 REPLAY_MAX = 100_000  # jtis remembered at once: about 300 tokens a second, each live for at most 330 s
 ACCOUNTING_WINDOW = "now-7days"
+USAGE_WINDOW_MAX = 31 * 86400  # seconds of ended jobs one GET /v1/usage may ask for
 
 NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.+-]{0,127}")  # job names
 SLURM_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.-]{0,63}")  # partitions, nodes, features
@@ -56,6 +58,7 @@ JOB_ID = re.compile(r"[0-9]{1,10}")
 B64URL = re.compile(r"[A-Za-z0-9_-]*")
 PRINTABLE = re.compile(r"[^\x00-\x1f\x7f]*")
 JTI = re.compile(r"[\x21-\x7e]{1,128}")
+UNIX_TIME = re.compile(r"[0-9]{1,11}")
 
 # A node's reason starts with its owner's word and a colon. The platform's own lifecycle (slurm_node, owner gpuaas)
 # drains and removes nodes as "gpuaas: <reason>"; tenants' drains through the gateway carry a prefix of their own,
@@ -78,6 +81,9 @@ JOB_STATES = {
 }
 ENDED = frozenset(("succeeded", "failed", "cancelled"))
 GENERIC_STATES = frozenset(("pending", "running")) | ENDED
+# sacct --state: with states, sacct selects the jobs that ENDED in its window (-S to -E, both included); without,
+# those eligible in it, and a job cancelled while held (never eligible) would be missed.
+SACCT_ENDED_STATES = ",".join(sorted(word for word, state in JOB_STATES.items() if state in ENDED))
 
 # squeue -O, sacct --format and sinfo -O fields, as (Slurm's name, ours), the name last: it may hold the separator.
 SQUEUE_FIELDS = (("JobID", "id"), ("State", "state"), ("UserName", "user"), ("Account", "account"),
@@ -93,11 +99,16 @@ SACCT_FIELDS = (("JobIDRaw", "id"), ("State", "state"), ("User", "user"), ("Acco
 SINFO_FIELDS = (("NodeList", "name"), ("StateComplete", "state"), ("CPUs", "cpus"), ("Memory", "memory"),
                 ("Gres", "gres"), ("Features", "features"), ("Partition", "partition"), ("UserLong", "reason_by"),
                 ("Reason", "reason"))
+# GET /v1/usage: what metering needs of each ended job allocation; times as unix seconds (SLURM_TIME_FORMAT=%s).
+USAGE_FIELDS = (("JobIDRaw", "id"), ("State", "state"), ("User", "user"), ("Account", "account"),
+                ("Submit", "submit_time"), ("Start", "start_time"), ("End", "end_time"),
+                ("ElapsedRaw", "elapsed_seconds"), ("AllocCPUS", "cpus"), ("AllocTRES", "tres"), ("NNodes", "nodes"))
 SQUEUE_FORMAT = ",".join(pair[0] + ":|" for pair in SQUEUE_FIELDS)
 SACCT_FORMAT = ",".join(pair[0] for pair in SACCT_FIELDS)
 SINFO_FORMAT = ",".join(pair[0] + ":|" for pair in SINFO_FIELDS)
-SQUEUE_NAMES, SACCT_NAMES, SINFO_NAMES = ([pair[1] for pair in fields]
-                                          for fields in (SQUEUE_FIELDS, SACCT_FIELDS, SINFO_FIELDS))
+USAGE_FORMAT = ",".join(pair[0] for pair in USAGE_FIELDS)
+SQUEUE_NAMES, SACCT_NAMES, SINFO_NAMES, USAGE_NAMES = ([pair[1] for pair in fields] for fields in (
+    SQUEUE_FIELDS, SACCT_FIELDS, SINFO_FIELDS, USAGE_FIELDS))
 Q_STATE, Q_USER, Q_ACCOUNT = (SQUEUE_NAMES.index(name) for name in ("state", "user", "account"))
 A_STATE, A_USER, A_ACCOUNT = (SACCT_NAMES.index(name) for name in ("state", "user", "account"))
 
@@ -106,6 +117,9 @@ A_STATE, A_USER, A_ACCOUNT = (SACCT_NAMES.index(name) for name in ("state", "use
 ASSOCIATION_REFUSALS = ("invalid account", "invalid qos", "association", "access/permission denied",
                         "not permitted", "accounting/qos policy")
 GPU_COUNT = re.compile(r"(?:^|,)(?:gres[:/])?gpu(?::[^:,=()]+)?[:=](\d+)")
+TRES_GPUS = re.compile(r"(?:^|,)gres/gpu=(\d+)")  # all of a job's GPUs; gres/gpu:<type>=N counts them again
+TRES_TYPED_GPUS = re.compile(r"(?:^|,)gres/gpu:[^=,]+=(\d+)")
+TRES_MEMORY = re.compile(r"(?:^|,)mem=([^,]+)")
 NO_VALUE = frozenset(("", "N/A", "n/a", "None", "none", "None assigned", "Unknown", "(null)", "UNLIMITED",
                       "Partition_Limit", "INVALID", "NOT_SET"))
 
@@ -156,8 +170,8 @@ def verify_token(token, key, audience, now):
 
     Raises TokenError for anything but a well-formed, well-signed token within its lifetime (and issued at most
     TOKEN_MAX_AGE seconds ago) whose iss is gpuaas, whose aud names this instance and that has a jti. The returned
-    claims are normalised: sub (str or None), accounts (list of str), node_operate (bool), jti (str) and until
-    (the last moment this function accepts the token: the jti need not be remembered after it).
+    claims are normalised: sub (str or None), accounts (list of str), node_operate and accounting (bool), jti (str)
+    and until (the last moment this function accepts the token: the jti need not be remembered after it).
     """
     if not token or len(token) > TOKEN_MAX_LENGTH:
         raise TokenError("no token")
@@ -193,10 +207,11 @@ def verify_token(token, key, audience, now):
     accounts = claims.get("accounts", [])
     if not (isinstance(accounts, list) and all(isinstance(a, str) and ACCOUNT.fullmatch(a) for a in accounts)):
         raise TokenError("the token's accounts are not a list of account names")
-    node_operate = claims.get("node_operate", False)
-    if not isinstance(node_operate, bool):
-        raise TokenError("the token's node_operate is not a boolean")
-    return {"sub": sub, "accounts": [a.lower() for a in accounts], "node_operate": node_operate, "jti": jti,
+    flags = {name: claims.get(name, False) for name in ("node_operate", "accounting")}
+    for name, value in flags.items():
+        if not isinstance(value, bool):
+            raise TokenError(f"the token's {name} is not a boolean")
+    return {"sub": sub, "accounts": [a.lower() for a in accounts], **flags, "jti": jti,
             "until": min(exp, iat + TOKEN_MAX_AGE) + CLOCK_SKEW}
 
 
@@ -312,8 +327,27 @@ def memory_mb(text):
 
 
 def gpu_count(text):
-    """GPUs in a TRES or GRES string (gres:gpu:2, gres/gpu=2, gpu:a100:2(S:0-1), ...), or 0."""
+    """GPUs in a GRES string (gres:gpu:2, gpu:a100:2(S:0-1),gpu:t4:1, ...), or 0."""
     return sum(int(m.group(1)) for m in GPU_COUNT.finditer(_value(text) or ""))
+
+
+def tres_gpus(text):
+    """GPUs in a TRES string (billing=2,cpu=2,gres/gpu=2,gres/gpu:a100=2,mem=2G,node=1), or 0: gres/gpu=N, which
+    accounting records whenever it records a typed gres/gpu:<type>=N of the same GPUs; else the typed ones."""
+    text = _value(text) or ""
+    total = TRES_GPUS.search(text)
+    return int(total.group(1)) if total else sum(int(m.group(1)) for m in TRES_TYPED_GPUS.finditer(text))
+
+
+def tres_memory_mb(text):
+    """The mem= of a TRES string in MiB (sacct --noconvert prints M; G and T are read too), or 0."""
+    found = TRES_MEMORY.search(_value(text) or "")
+    return (memory_mb(found.group(1)) or 0) if found else 0
+
+
+def _epoch(text):
+    """A time printed with SLURM_TIME_FORMAT=%s as unix seconds, or None (None, Unknown)."""
+    return int(text) if text.isdigit() else None
 
 
 def exit_code(status=None, code_signal=None):
@@ -375,7 +409,7 @@ def squeue_job(values):
 def sacct_job(values):
     v = dict(zip(SACCT_NAMES, values, strict=True))
     # accounting keeps the job's totals, not its layout: tasks and cpus per task are not known there.
-    return _job(v, v["state"].split(" ", 1)[0], bool(_value(v["nodelist"])), None, None, gpu_count(v["tres"]),
+    return _job(v, v["state"].split(" ", 1)[0], bool(_value(v["nodelist"])), None, None, tres_gpus(v["tres"]),
                 memory_mb(v["memory"]), time_limit_minutes(v["time_limit"]), exit_code(code_signal=v["exit_code"]))
 
 
@@ -387,6 +421,52 @@ def parse_squeue(output):
 def parse_sacct(output):
     """Jobs from `sacct -X -P -n --format SACCT_FORMAT` output."""
     return [sacct_job(v) for v in rows(output, len(SACCT_NAMES)) if v[0].isdigit()]
+
+
+def parse_usage(output, start, end):
+    """The usage items of `sacct -X -P -n --noconvert --format=USAGE_FORMAT` output printed with SLURM_TIME_FORMAT=%s:
+    every job allocation that ended in [start, end), by (end_time, numeric id). A job cancelled before it started has
+    elapsed_seconds 0, and start_time null or its end (as accounting recorded it)."""
+    items = []
+    for values in rows(output, len(USAGE_NAMES)):
+        v = dict(zip(USAGE_NAMES, values, strict=True))
+        end_time = _epoch(v["end_time"])
+        if not v["id"].isdigit() or end_time is None or not start <= end_time < end:
+            continue  # sacct's window includes its end; a job still running has no end
+        items.append({
+            "id": v["id"],
+            "account": v["account"],
+            "user": v["user"],
+            "state": v["state"].split(" ", 1)[0],  # "CANCELLED by 0"
+            "submit_time": _epoch(v["submit_time"]),
+            "start_time": _epoch(v["start_time"]),
+            "end_time": end_time,
+            "elapsed_seconds": _int(v["elapsed_seconds"]) or 0,
+            "cpus": _int(v["cpus"]) or 0,
+            "gpus": tres_gpus(v["tres"]),
+            "memory_mb": tres_memory_mb(v["tres"]),
+            "nodes": _int(v["nodes"]) or 0,
+        })
+    items.sort(key=lambda item: (item["end_time"], int(item["id"])))
+    return items
+
+
+def parse_accounting(accounts_output, assocs_output):
+    """GET /v1/accounting's answer from `sacctmgr -n -P show account format=Account,Description` and `show assoc
+    format=Account,User,ParentName`: every account but root, its parent that of its account association (null
+    when it has none), and every user association of those accounts (one per account and user, whatever its
+    cluster or partition), each sorted."""
+    parents, associations = {}, set()
+    for account, user, parent in rows(assocs_output, 3):
+        if user:
+            associations.add((account, user))
+        else:
+            parents.setdefault(account, parent or None)
+    accounts = [{"name": name, "description": description, "parent": parents.get(name)}
+                for name, description in sorted(rows(accounts_output, 2)) if name != "root"]
+    names = {account["name"] for account in accounts}
+    return {"accounts": accounts,
+            "associations": [{"account": a, "user": u} for a, u in sorted(associations) if a in names]}
 
 
 def select(entries, accounts, states, user, before, limit):
@@ -507,15 +587,20 @@ def submission(body, accounts):
     return account, options, script, directory
 
 
-def list_query(query):
-    """(states or None, user or None, limit, before or None) of GET /v1/jobs's query string."""
+def query_parameters(query, known):
+    """A query string's parameters as a dict; 400 for one not in ``known`` or one given twice."""
     params = parse_qs(query, keep_blank_values=True)
-    unknown = set(params) - {"state", "user", "limit", "before"}
+    unknown = set(params) - set(known)
     if unknown:
         raise bad_request("unknown query parameter: " + ", ".join(sorted(unknown)))
     if any(len(values) > 1 for values in params.values()):
         raise bad_request("each query parameter may be given once")
-    one = {k: v[0] for k, v in params.items()}
+    return {k: v[0] for k, v in params.items()}
+
+
+def list_query(query):
+    """(states or None, user or None, limit, before or None) of GET /v1/jobs's query string."""
+    one = query_parameters(query, ("state", "user", "limit", "before"))
     states = None
     if one.get("state"):
         states = set(one["state"].split(","))
@@ -533,6 +618,30 @@ def list_query(query):
     if before is not None and not JOB_ID.fullmatch(before):
         raise bad_request("before must be a job id")
     return states, user, limit, int(before) if before else None
+
+
+def usage_query(query):
+    """(start, end) of GET /v1/usage's query string: unix seconds, end after start, at most 31 days apart."""
+    one = query_parameters(query, ("start", "end"))
+    for name in ("start", "end"):
+        if not UNIX_TIME.fullmatch(one.get(name, "")):
+            raise bad_request(f"{name} must be a time in unix seconds")
+    start, end = int(one["start"]), int(one["end"])
+    if end <= start:
+        raise bad_request("end must be after start")
+    if end - start > USAGE_WINDOW_MAX:
+        raise bad_request(f"end - start must be at most {USAGE_WINDOW_MAX // 86400} days")
+    return start, end
+
+
+def require_accounting(claims):
+    if not claims["accounting"]:
+        raise ApiError(403, "forbidden", "the token does not allow reading accounting")
+
+
+def sacct_time(seconds):
+    """Unix seconds as sacct's -S/-E take them, in the gateway commands' time zone (UTC)."""
+    return time.strftime("%Y-%m-%dT%H:%M:%S", time.gmtime(seconds))
 
 
 def tenant_prefix(prefix):
@@ -762,6 +871,21 @@ class Gateway:
             node = self.node(name)
         return 200, public_node(node)
 
+    # -- the platform's reads of accounting --
+    def accounting(self, claims):
+        require_accounting(claims)
+        accounts = self.checked(["sacctmgr", "-n", "-P", "show", "account", "format=Account,Description"])
+        assocs = self.checked(["sacctmgr", "-n", "-P", "show", "assoc", "format=Account,User,ParentName"])
+        return 200, parse_accounting(accounts, assocs)
+
+    def usage(self, claims, query):
+        require_accounting(claims)
+        start, end = usage_query(query)
+        output = self.checked(["sacct", "-X", "-a", "-P", "-n", "--noconvert", "--format=" + USAGE_FORMAT,
+                               "--state=" + SACCT_ENDED_STATES, "-S", sacct_time(start), "-E", sacct_time(end)],
+                              env={**self.env, "SLURM_TIME_FORMAT": "%s"})
+        return 200, {"items": parse_usage(output, start, end), "start": start, "end": end}
+
     def health(self):
         version = self.checked(["sinfo", "--version"]).split()
         return 200, {"ok": True, "runtime": "slurm", "version": version[-1] if version else None}
@@ -774,6 +898,8 @@ class Gateway:
         resource, item = parts[1], (parts[2] if len(parts) == 3 else None)
         routes = {
             ("health", False): {"GET": self.health},
+            ("accounting", False): {"GET": lambda: self.accounting(claims)},
+            ("usage", False): {"GET": lambda: self.usage(claims, query)},
             ("jobs", False): {"GET": lambda: self.list_jobs(claims, query),
                               "POST": lambda: self.submit(claims, body())},
             ("jobs", True): {"GET": lambda: (200, self.find_job(item, claims)),

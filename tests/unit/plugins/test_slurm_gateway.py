@@ -49,11 +49,12 @@ def make_token(key=KEY, header=None, **claims):
 
 def test_a_valid_token_gives_its_normalised_claims():
     claims = gw.verify_token(make_token(accounts=["Research", "ops"], node_operate=True, jti="j1"), KEY, AUD, NOW + 10)
-    assert claims == {"sub": "alice-3f9a", "accounts": ["research", "ops"], "node_operate": True, "jti": "j1",
-                      "until": NOW + 60 + gw.CLOCK_SKEW}
+    assert claims == {"sub": "alice-3f9a", "accounts": ["research", "ops"], "node_operate": True, "accounting": False,
+                      "jti": "j1", "until": NOW + 60 + gw.CLOCK_SKEW}
     platform_read = gw.verify_token(make_token(sub=None, accounts=None, jti="j2"), KEY, AUD, NOW)
-    assert platform_read == {"sub": None, "accounts": [], "node_operate": False, "jti": "j2",
+    assert platform_read == {"sub": None, "accounts": [], "node_operate": False, "accounting": False, "jti": "j2",
                              "until": NOW + 60 + gw.CLOCK_SKEW}
+    assert gw.verify_token(make_token(sub=None, accounting=True), KEY, AUD, NOW)["accounting"] is True
     # a long exp does not outlive the age limit on iat: the jti is remembered as long as the token is accepted
     long_lived = gw.verify_token(make_token(exp=NOW + 3600), KEY, AUD, NOW)
     assert long_lived["until"] == NOW + gw.TOKEN_MAX_AGE + gw.CLOCK_SKEW
@@ -85,6 +86,8 @@ def test_a_valid_token_gives_its_normalised_claims():
         (make_token(accounts="research"), NOW, "accounts"),
         (make_token(accounts=["re search"]), NOW, "accounts"),
         (make_token(node_operate="yes"), NOW, "node_operate"),
+        (make_token(accounting="true"), NOW, "accounting"),
+        (make_token(accounting=1), NOW, "accounting"),
         (make_token(jti=None), NOW, "no jti"),
         (make_token(jti=""), NOW, "no jti"),
         (make_token(jti=7), NOW, "no jti"),
@@ -159,8 +162,15 @@ def test_slurm_values():
         1440, 90, 5, 5, 1, 45, None, None, None]
     sizes = ("100M", "2G", "1000Mn", "0", "1T", "N/A")
     assert [gw.memory_mb(m) for m in sizes] == [100, 2048, 1000, None, 1048576, None]
-    assert [gw.gpu_count(g) for g in ("gres:gpu:1", "gres:gpu:a100:2", "billing=2,cpu=2,gres/gpu=2,mem=2G",
-                                      "gpu:2", "gpu:a100:2(S:0-1),gpu:t4:1", "N/A", "cpu=1")] == [1, 2, 2, 2, 3, 0, 0]
+    assert [gw.gpu_count(g) for g in ("gres:gpu:1", "gres:gpu:a100:2", "gpu:2", "gpu:a100:2(S:0-1),gpu:t4:1",
+                                      "N/A", "(null)")] == [1, 2, 2, 3, 0, 0]
+    # TRES strings (sacct's ReqTRES, AllocTRES): gres/gpu=N is the job's total; a typed entry, recorded beside it
+    # when AccountingStorageTRES names the type, counts the same GPUs again
+    assert [gw.tres_gpus(t) for t in ("billing=2,cpu=2,gres/gpu=2,mem=2G,node=1",
+                                      "billing=4,cpu=4,gres/gpu=4,gres/gpu:a100=4,node=1", "gres/gpu:a100=2,node=1",
+                                      "billing=1,cpu=1,node=1", "", "gres/gpumem=4000,cpu=1")] == [2, 4, 2, 0, 0, 0]
+    assert [gw.tres_memory_mb(t) for t in ("cpu=1,mem=2000M,node=1", "mem=2G", "cpu=2,mem=1.5G", "mem=1T",
+                                           "mem=512K", "cpu=1,node=1", "")] == [2000, 2048, 1536, 1048576, 0, 0, 0]
     # squeue's raw wait status and sacct's code:signal: 3 for exit 3, 128+15 for SIGTERM
     assert [gw.exit_code(status=s) for s in ("0", "768", "15")] == [0, 3, 143]
     assert [gw.exit_code(code_signal=s) for s in ("0:0", "3:0", "0:15")] == [0, 3, 143]
@@ -215,6 +225,84 @@ def test_sacct_jobs():
     assert failed["state"] == "failed" and failed["exit_code"] == 3
     assert failed["resources"] == {"nodes": 1, "tasks": None, "cpus_per_task": None, "gpus": 0, "memory_mb": 1000,
                                    "time_limit_minutes": 1440, "partition": "gpu"}
+
+
+# env SLURM_TIME_FORMAT=%s sacct -X -a -P -n --noconvert --format=USAGE_FORMAT --state=SACCT_ENDED_STATES -S .. -E ..:
+# a job that completed with a GPU, one that failed at once (its node configuration refused), one cancelled while
+# held (never started), one cancelled while it ran on 2 CPUs and 2 GPUs
+USAGE = (
+    "1|COMPLETED|u1|ra|1795663804|1795663804|1795663806|2|1|billing=1,cpu=1,gres/gpu=1,node=1|1\n"
+    "2|FAILED|u1|rb|1795663804|1795663804|1795663804|0|2||1\n"
+    "3|CANCELLED by 0|u1|rb|1795663804|None|1795663806|0|1||1\n"
+    "4|CANCELLED by 0|u1|ra|1795663878|1795663879|1795663882|3|2|billing=2,cpu=2,gres/gpu=2,node=1|1\n"
+)
+
+
+def test_usage_items_are_the_jobs_that_ended_in_the_window_in_end_time_order():
+    items = gw.parse_usage(USAGE, 1795663800, 1795663900)
+    assert [item["id"] for item in items] == ["2", "1", "3", "4"]  # by end time, then numeric id
+    failed, completed, never_started, cancelled = items
+    assert completed == {"id": "1", "account": "ra", "user": "u1", "state": "COMPLETED", "submit_time": 1795663804,
+                         "start_time": 1795663804, "end_time": 1795663806, "elapsed_seconds": 2, "cpus": 1, "gpus": 1,
+                         "memory_mb": 0, "nodes": 1}
+    assert failed["state"] == "FAILED" and failed["elapsed_seconds"] == 0 and failed["gpus"] == 0
+    # cancelled before it started: kept, costing nothing
+    assert never_started["state"] == "CANCELLED" and never_started["start_time"] is None
+    assert never_started["elapsed_seconds"] == 0 and never_started["end_time"] == 1795663806
+    assert (cancelled["cpus"], cancelled["gpus"], cancelled["elapsed_seconds"]) == (2, 2, 3)
+    # [start, end): sacct's own window includes its end
+    assert [i["id"] for i in gw.parse_usage(USAGE, 1795663805, 1795663806)] == []
+    assert [i["id"] for i in gw.parse_usage(USAGE, 1795663806, 1795663882)] == ["1", "3"]
+    assert [i["id"] for i in gw.parse_usage(USAGE, 1795663882, 1795663883)] == ["4"]
+
+
+def test_usage_of_a_job_still_running_or_of_a_step_is_left_out_and_memory_is_read():
+    output = (USAGE + "5|RUNNING|u1|ra|1795663880|1795663881|Unknown|20|1|cpu=1,node=1|1\n"
+              "6.batch|COMPLETED|u1|ra|1795663880|1795663881|1795663885|4|1|cpu=1,mem=100M,node=1|1\n"
+              "7|TIMEOUT|u1|ra|1795663880|1795663881|1795663885|4|8|billing=8,cpu=8,gres/gpu=4,gres/gpu:a100=4,"
+              "mem=64G,node=2|2\n")
+    items = gw.parse_usage(output, 1795663800, 1795663900)
+    assert [i["id"] for i in items] == ["2", "1", "3", "4", "7"]
+    assert {k: items[-1][k] for k in ("state", "cpus", "gpus", "memory_mb", "nodes")} == {
+        "state": "TIMEOUT", "cpus": 8, "gpus": 4, "memory_mb": 65536, "nodes": 2}
+
+
+def test_sacct_selects_ended_jobs_by_their_state():
+    assert gw.SACCT_ENDED_STATES == ("BOOT_FAIL,CANCELLED,COMPLETED,DEADLINE,FAILED,NODE_FAIL,OUT_OF_MEMORY,"
+                                     "PREEMPTED,REVOKED,TIMEOUT")
+    assert gw.sacct_time(1795663806) == "2026-11-26T03:30:06"
+
+
+# sacctmgr -n -P show account format=Account,Description; sacctmgr -n -P show assoc format=Account,User,ParentName
+# (two user associations of the same account and user, on two partitions, are one)
+ACCOUNTS = "ra|gpuaas project 1\nrb|gpuaas project 2\nroot|default root account\nsite|ours | theirs\n"
+ASSOCS = "root||\nroot|root|\nra||root\nra|u1|\nrb||root\nrb|u2|\nrb|u1|\nrb|u1|\nsite||rb\n"
+
+
+def test_accounting_is_every_account_but_root_and_every_user_association():
+    assert gw.parse_accounting(ACCOUNTS, ASSOCS) == {
+        "accounts": [{"name": "ra", "description": "gpuaas project 1", "parent": "root"},
+                     {"name": "rb", "description": "gpuaas project 2", "parent": "root"},
+                     {"name": "site", "description": "ours | theirs", "parent": "rb"}],
+        "associations": [{"account": "ra", "user": "u1"}, {"account": "rb", "user": "u1"},
+                         {"account": "rb", "user": "u2"}],
+    }
+    # an account without any association has no parent
+    assert gw.parse_accounting("lone|x\n", "") == {"accounts": [{"name": "lone", "description": "x", "parent": None}],
+                                                   "associations": []}
+
+
+def test_usage_queries():
+    assert gw.usage_query("start=1795663800&end=1795663900") == (1795663800, 1795663900)
+    assert gw.usage_query(f"start=0&end={31 * 86400}") == (0, 31 * 86400)
+    for bad, why in (("", "start must be"), ("start=1", "end must be"), ("start=x&end=2", "start must be"),
+                     ("start=-1&end=2", "start must be"), ("start=1.5&end=2", "start must be"),
+                     ("start=5&end=5", "after start"), ("start=6&end=5", "after start"),
+                     (f"start=0&end={31 * 86400 + 1}", "at most 31 days"), ("start=1&end=2&user=u1", "unknown"),
+                     ("start=1&start=2&end=3", "once"), ("start=1&end=" + "9" * 12, "end must be")):
+        with pytest.raises(gw.ApiError, match=why) as refused:
+            gw.usage_query(bad)
+        assert refused.value.status == 400, bad
 
 
 def test_sinfo_nodes_merge_partitions():
@@ -434,6 +522,13 @@ def test_every_refusal_answers_the_error_shape(server, capfd):
         (("POST", "/v1/nodes/gpu01", None, json.dumps({"action": "drain"})), 403),
         (("POST", "/v1/nodes/gpu01", fresh_token(node_operate=True), json.dumps({"action": "reboot"})), 400),
         (("GET", "/v1/jobs/4711x", None), 404),
+        # the platform's reads of accounting need the accounting claim, whatever else the token holds
+        (("GET", "/v1/accounting", None), 403),
+        (("GET", "/v1/accounting", fresh_token(sub=None, node_operate=True, accounting=False)), 403),
+        (("GET", "/v1/usage?start=0&end=60", None), 403),
+        (("GET", "/v1/usage?start=0", fresh_token(sub=None, accounting=True)), 400),
+        (("GET", "/v1/usage?start=0&end=9999999999", fresh_token(sub=None, accounting=True)), 400),
+        (("POST", "/v1/usage?start=0&end=60", fresh_token(sub=None, accounting=True)), 405),
     ]
     for args, status in cases:
         if args[2:3] == (None,):  # a fresh token for each call: each is used once

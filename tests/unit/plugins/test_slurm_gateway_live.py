@@ -5,6 +5,7 @@ cluster enforces associations (AccountingStorageEnforce=associations), so Slurm 
 account the user has no association with."""
 
 import base64
+import calendar
 import hashlib
 import hmac
 import http.client
@@ -376,6 +377,89 @@ def test_nodes_drain_resume_with_the_prefix_rule_and_features(gw_live):
         assert status == 400
     finally:
         live.run("scontrol", "update", f"nodename={node}", "AvailableFeatures=a100,test", "ActiveFeatures=a100,test")
+
+
+def test_accounting_answers_slurmdbds_accounts_and_associations(gw_live):
+    live, reader = gw_live.live, partial(token, accounting=True)
+    for refused in (token(), token(accounts=[gw_live.accounts["alice"]], node_operate=True)):
+        status, document = gw_live.call("GET", "/v1/accounting", refused)
+        assert status == 403 and document["error"]["code"] == "forbidden", document
+    status, accounting = gw_live.call("GET", "/v1/accounting", reader)
+    assert status == 200, accounting
+    shown = live.run("sacctmgr", "-n", "-P", "show", "account", "format=Account,Description").stdout.splitlines()
+    expected = sorted(tuple(line.split("|", 1)) for line in shown if not line.startswith("root|"))
+    assert [(a["name"], a["description"]) for a in accounting["accounts"]] == expected
+    for who, account in gw_live.accounts.items():
+        assert {"name": account, "description": "gateway live test", "parent": "root"} in accounting["accounts"]
+        assert {"account": account, "user": gw_live.users[who]} in accounting["associations"]
+    rows = live.run("sacctmgr", "-n", "-P", "show", "assoc", "format=Account,User").stdout.split()
+    users = sorted({tuple(row.split("|")) for row in rows if not row.endswith("|") and not row.startswith("root|")})
+    assert [(a["account"], a["user"]) for a in accounting["associations"]] == users
+
+
+def epoch(text):
+    """sacct's time (the host's UTC) as unix seconds; None for none."""
+    return calendar.timegm(time.strptime(text, "%Y-%m-%dT%H:%M:%S")) if text[:1].isdigit() else None
+
+
+def test_usage_answers_every_job_that_ended_in_the_window_as_sacct_shows_it(gw_live):
+    live = gw_live.live
+    alice, bob = gw_live.users["alice"], gw_live.users["bob"]
+    mine, theirs = gw_live.accounts["alice"], gw_live.accounts["bob"]
+    started = int(time.time()) - 1
+    jobs = [gw_live.submit(alice, mine, script="#!/bin/bash\nsleep 2\n", resources={"gpus": 1})[1]["id"],
+            gw_live.submit(bob, theirs, script="#!/bin/bash\nsleep 1\n", resources={"tasks": 2})[1]["id"],
+            gw_live.submit(alice, mine, script="#!/bin/bash\nexit 3\n")[1]["id"]]
+    # held, then cancelled: it never became eligible, never started, and still counts (for nothing)
+    held = live.run("runuser", "-u", bob, "--", "sbatch", "--parsable", "-H", "-A", theirs, "-o", "/dev/null",
+                    "--chdir", "/tmp", "--wrap", "sleep 1").stdout.strip()
+    live.run("scancel", held)
+    jobs.append(held)
+    reader = partial(token, accounting=True)
+    deadline = time.monotonic() + 90
+    while True:  # slurmdbd records each end a moment after slurmctld
+        end = int(time.time()) + 1
+        status, usage = gw_live.call("GET", f"/v1/usage?start={started}&end={end}", reader)
+        assert status == 200, usage
+        items = {item["id"]: item for item in usage["items"]}
+        if set(jobs) <= set(items):
+            break
+        assert time.monotonic() < deadline, (jobs, usage)
+        time.sleep(1)
+    assert (usage["start"], usage["end"]) == (started, end)
+    assert all(started <= item["end_time"] < end for item in usage["items"])
+    assert [item["id"] for item in usage["items"]] == [i["id"] for i in sorted(
+        usage["items"], key=lambda item: (item["end_time"], int(item["id"])))]
+
+    # field by field, as sacct prints them on the host (its own time format, in the host's UTC)
+    fields = "JobIDRaw,State,User,Account,Submit,Start,End,ElapsedRaw,AllocCPUS,AllocTRES,NNodes"
+    shown = live.run("env", "TZ=UTC", "sacct", "-X", "-a", "-P", "-n", "--noconvert", "-j", ",".join(jobs),
+                     "--format=" + fields).stdout
+    for line in shown.splitlines():
+        job, state, user, account, submit, start, ended, elapsed, cpus, tres, nodes = line.split("|")
+        gpus = re.search(r"gres/gpu=(\d+)", tres)
+        memory = re.search(r"(?:^|,)mem=(\d+)M", tres)
+        assert items[job] == {"id": job, "account": account, "user": user, "state": state.split()[0],
+                              "submit_time": epoch(submit), "start_time": epoch(start), "end_time": epoch(ended),
+                              "elapsed_seconds": int(elapsed), "cpus": int(cpus),
+                              "gpus": int(gpus.group(1)) if gpus else 0,
+                              "memory_mb": int(memory.group(1)) if memory else 0, "nodes": int(nodes)}, line
+    first, second, failed, never = (items[job] for job in jobs)
+    assert (first["user"], first["account"], first["state"], first["gpus"]) == (alice, mine, "COMPLETED", 1)
+    assert first["elapsed_seconds"] >= 2 and first["end_time"] - first["start_time"] == first["elapsed_seconds"]
+    assert (second["user"], second["account"], second["cpus"]) == (bob, theirs, 2)
+    assert failed["state"] == "FAILED"
+    # accounting records no start, or the cancel's moment, depending on when slurmctld learnt of it
+    assert never["state"] == "CANCELLED" and never["elapsed_seconds"] == 0
+    assert never["start_time"] in (None, never["end_time"])
+
+    # a window that ends before they did holds none of them; no claim, a bad window: refused
+    status, before = gw_live.call("GET", f"/v1/usage?start={started - 3600}&end={started}", reader)
+    assert status == 200 and not set(jobs) & {item["id"] for item in before["items"]}
+    status, refused = gw_live.call("GET", f"/v1/usage?start={started}&end={end}", token(accounts=[mine]))
+    assert status == 403 and refused["error"]["code"] == "forbidden"
+    status, refused = gw_live.call("GET", f"/v1/usage?start={started}&end={started + 32 * 86400}", reader)
+    assert status == 400 and refused["error"]["code"] == "bad_request"
 
 
 def test_teardown_stops_the_gateway_and_removes_its_files(gateway):
