@@ -16,7 +16,8 @@ import csv
 import io
 import logging
 import socket
-from dataclasses import dataclass
+import threading
+from dataclasses import dataclass, replace
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from uuid import UUID
@@ -31,12 +32,15 @@ from gpuaas_api.app import create_app
 from gpuaas_api.catalog.adapter import stored_spec
 from gpuaas_api.catalog.service import get_version_by_id
 from gpuaas_api.config import OperationSettings
+from gpuaas_api.executor.worker import Worker
 from gpuaas_api.instances.service import set_member_status
 from gpuaas_api.metering import service
 from gpuaas_api.metering.attribution import Charge, charged_to, job_charged_to
+from gpuaas_api.metering.loop import Metering
 from gpuaas_api.metering.timeline import floor_hour
 from gpuaas_api.secrets import service as secrets
 
+from .helpers import wait_for
 from .toy_scheduler import ToyScheduler, point_at
 
 TA, PADM, PM, SA = "tenant_admin", "project_admin", "project_member", "service_account"
@@ -492,3 +496,20 @@ def test_a_tenants_usage_splits_by_project_and_charged_as(m):
     other = m.w.call("other_tenant_admin", "GET", f"/v1/tenants/{m.ids['tenant_b']}/usage", 200,
                      params=window_params()).json()
     assert other["lines"] == [] and other["totals"]["job"]["records"] == 0
+
+
+def test_every_worker_meters_on_its_own_thread_at_the_interval(m):
+    reset(m)
+    assert Metering(m.database, replace(m.settings, metering_interval_seconds=0), threading.Event()).start() == []
+    worker = Worker(m.database, replace(m.settings, metering_interval_seconds=0.3, health_concurrency=0),
+                    name="metering-test")
+    (serving,) = worker.start()
+    try:
+        # The first pass comes one interval after the start, and meters up to the clock (less the settle delay).
+        wait_for(lambda: m.sql("SELECT 1 FROM metering_cursors WHERE instance_id = %s AND dimension = 'job' "
+                               "AND metered_until > %s", (m.s["id"], NOW)), 30, what="a metering pass")
+    finally:
+        worker.stop.set()
+        serving.join(30)
+    assert not serving.is_alive() and not any(t.name == "metering" and t.is_alive() for t in threading.enumerate())
+    assert len(m.records(m.s, "job")) == 12  # every seeded job has ended by now
