@@ -375,6 +375,12 @@ def test_a_failing_gateway_leaves_the_cursor_and_says_why(m, monkeypatch, caplog
     assert cursor["metered_until"] == start + service.JOB_CHUNK
     assert cursor["last_error"] == "scheduler_unavailable: the gateway went away"
     assert {r["end_time"] < start + service.JOB_CHUNK for r in m.records(m.s, "job")} == {True}
+    # One whose answer is not the protocol's: nothing of that window is taken.
+    monkeypatch.setattr(service.gateway.Gateway, "call", lambda gw, *a, **k: {"items": [{"id": "1", "account": "x"}]})
+    m.run()
+    cursor = m.cursor(m.s, "job")
+    assert cursor["metered_until"] == start + service.JOB_CHUNK
+    assert cursor["last_error"].startswith("the gateway's usage answer does not follow the protocol: 0.submit_time")
     monkeypatch.undo()
     m.run()  # back: it goes on from there, no gap
     cursor = m.cursor(m.s, "job")

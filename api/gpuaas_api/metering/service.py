@@ -50,14 +50,18 @@ MAX_WINDOW = timedelta(days=31)
 BATCH = 5000
 
 
+_WORDS = r"^[^\x00-\x1f\x7f]*$"  # no control characters (PostgreSQL's text holds no NUL)
+
+
 class GatewayJob(BaseModel):
     """One job allocation of the gateway's usage answer (docs/scheduler.md, GET /v1/usage)."""
 
     model_config = ConfigDict(extra="ignore")
-    id: Annotated[str, StringConstraints(pattern=r"^[A-Za-z0-9][A-Za-z0-9._-]{0,63}$")]
-    account: Annotated[str, StringConstraints(max_length=64)]
-    user: Annotated[str, StringConstraints(max_length=64)] = ""
-    state: Annotated[str, StringConstraints(max_length=64)] = ""
+    # any printable word: a runtime's own ids (Slurm's JobIDRaw) are not the platform's to restrict
+    id: Annotated[str, StringConstraints(pattern=r"^[\x21-\x7e]{1,64}$")]
+    account: Annotated[str, StringConstraints(max_length=64, pattern=_WORDS)]
+    user: Annotated[str, StringConstraints(max_length=64, pattern=_WORDS)] = ""
+    state: Annotated[str, StringConstraints(max_length=64, pattern=_WORDS)] = ""
     submit_time: int = Field(ge=0)
     start_time: int | None = Field(default=None, ge=0)
     end_time: int = Field(ge=0)
