@@ -457,7 +457,8 @@ def test_a_projects_usage_pages_with_totals_and_as_csv(m):
     assert one["member_id"] == "" and int(one["core_seconds"]) == int(one["elapsed_seconds"]) * int(one["cpus"])
 
     for bad, why in ((window_params(NOW, H), "start must be before end"),
-                     (window_params(H - timedelta(days=400), H), "366 days")):
+                     (window_params(H - timedelta(days=400), H), "366 days"),
+                     ({"start": "0001-01-01T00:00:00+05:00", "end": "0001-01-02"}, "years 1 to 9999")):
         error = m.w.call("other_project_admin", "GET", url, 422, params=bad).json()["error"]
         assert error["code"] == "validation_error" and why in error["message"] and error["correlation_id"]
         error = m.w.call("other_project_admin", "GET", url, 422, params=bad | {"format": "csv"}).json()["error"]

@@ -26,14 +26,18 @@ TOTAL_COLUMNS = tuple(Totals.model_fields)
 
 def window(start: datetime, end: datetime) -> tuple[datetime, datetime]:
     """[start, end) in UTC (a time without an offset is UTC); 422 when empty or longer than MAX_SPAN."""
-    start, end = (t if t.tzinfo else t.replace(tzinfo=UTC) for t in (start, end))
+    try:
+        start, end = ((t if t.tzinfo else t.replace(tzinfo=UTC)).astimezone(UTC) for t in (start, end))
+    except OverflowError:  # an offset that takes the time out of the years 1-9999
+        raise ApiError(422, "validation_error", "start and end must fall within the years 1 to 9999 in UTC",
+                       {}) from None
     if start >= end:
         raise ApiError(422, "validation_error", "start must be before end", {"start": start.isoformat(),
                                                                               "end": end.isoformat()})
     if end - start > MAX_SPAN:
         raise ApiError(422, "validation_error", f"a window spans at most {MAX_SPAN.days} days",
                        {"max_days": MAX_SPAN.days})
-    return start.astimezone(UTC), end.astimezone(UTC)
+    return start, end
 
 
 def records(conn: psycopg.Connection, project_id: UUID, start: datetime, end: datetime, dimension: str | None,
