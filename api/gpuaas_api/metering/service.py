@@ -92,7 +92,7 @@ def run_pass(db: Database, settings: OperationSettings, now: datetime | None = N
     ends it between two instances."""
     until = ((now or datetime.now(UTC)) - SETTLE).astimezone(UTC).replace(microsecond=0)
     with db.transaction() as conn:
-        _open_cursors(conn)
+        conn.execute(_OPEN)
         due = conn.execute(_DUE, {"until": until}).fetchall()
     result = PassResult()
     for row in due:
@@ -142,10 +142,6 @@ _FAILED = """
 UPDATE metering_cursors SET last_pass_at = now(), last_error = %(error)s, last_error_at = now()
  WHERE instance_id = %(iid)s AND dimension = %(dimension)s
 """
-
-
-def _open_cursors(conn: psycopg.Connection) -> None:
-    conn.execute(_OPEN)
 
 
 def meter(db: Database, settings: OperationSettings, instance_id: UUID, dimension: str, until: datetime,
