@@ -138,6 +138,8 @@ class GpuaasSettings(BaseSettings):
     # Usage metering (metering/, docs/metering.md): each worker runs a metering pass this often (0: this worker
     # meters nothing); records and cursors make passes of several workers add up to one.
     metering_interval_seconds: float = Field(300.0, ge=0)
+    # How far behind now a pass stops: a job reaches the runtime's accounting a moment after it ends.
+    metering_settle_seconds: float = Field(60.0, ge=1)
     # Per-project quota on queued + running operations (0: none); more is refused with 429.
     max_open_operations_per_project: int = Field(50, ge=0)
     # Per-kind run timeouts in seconds; the environment overrides single kinds: "deploy=7200,refresh=60".
@@ -438,6 +440,7 @@ class OperationSettings:
     health_connect_timeout_seconds: int = _from_model("health_connect_timeout_seconds")
     health_confirm_seconds: float = _from_model("health_confirm_seconds")
     metering_interval_seconds: float = _from_model("metering_interval_seconds")
+    metering_settle_seconds: float = _from_model("metering_settle_seconds")
     site_vars: dict[str, Any] = _from_model("site_vars")
 
     @classmethod

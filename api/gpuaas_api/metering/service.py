@@ -38,9 +38,9 @@ from .timeline import floor_hour, live_intervals, seconds_per_hour
 log = logging.getLogger(__name__)
 
 DIMENSIONS = ("member_seconds", "job")
-# How far behind now a pass stops: a status move's time is its transaction's start and a job reaches accounting a
-# moment after it ends, so the last seconds may still change. Member hours are recomputed from this far before the
-# cursor for the same reason.
+# How far behind now a pass stops by default (the setting metering_settle_seconds): a status move's time is its
+# transaction's start and a job reaches accounting a moment after it ends, so the last seconds may still change.
+# Member hours are recomputed from this far before the cursor for the same reason.
 SETTLE = timedelta(seconds=60)
 # One gateway call reads the jobs that ended in this much time (its answer is not paginated).
 JOB_CHUNK = timedelta(hours=4)
@@ -88,9 +88,10 @@ def _moment(unix: int | None) -> datetime | None:
 
 def run_pass(db: Database, settings: OperationSettings, now: datetime | None = None, *,
              stop: threading.Event | None = None) -> PassResult:
-    """One pass over every instance that has usage to meter up to `now` (default: the clock) less SETTLE. `stop`
-    ends it between two instances."""
-    until = ((now or datetime.now(UTC)) - SETTLE).astimezone(UTC).replace(microsecond=0)
+    """One pass over every instance that has usage to meter up to `now` (default: the clock) less the settle
+    delay. `stop` ends it between two instances."""
+    settle = timedelta(seconds=settings.metering_settle_seconds)
+    until = ((now or datetime.now(UTC)) - settle).astimezone(UTC).replace(microsecond=0)
     with db.transaction() as conn:
         conn.execute(_OPEN)
         due = conn.execute(_DUE, {"until": until}).fetchall()
