@@ -11,6 +11,7 @@ its worker. After each step the test reads Slurm's own state on the hosts. One r
 from __future__ import annotations
 
 import uuid
+from datetime import UTC, datetime, timedelta
 
 import pytest
 from gpuaas_api import testhosts
@@ -48,7 +49,8 @@ def world():
     and vision (with its own); the runtime deployed with both attached and vision's worker joined."""
     lines = []
     d = Demo(prefix=f"shr{uuid.uuid4().hex[:6]}", say=lines.append,
-             worker_env={"GPUAAS_WORKER_CONCURRENCY": "2", "GPUAAS_METERING_INTERVAL_SECONDS": "2"})
+             worker_env={"GPUAAS_WORKER_CONCURRENCY": "2", "GPUAAS_METERING_INTERVAL_SECONDS": "2",
+                         "GPUAAS_METERING_SETTLE_SECONDS": "3"})
     try:
         d.start_service()
         d.setup_tenancy()
@@ -144,6 +146,7 @@ def test_a_submit_into_another_projects_account_needs_a_grant_and_is_audited(wor
     assert ("vision", runtime_user) in sacct_assocs(d)  # exactly the association the grant names
     assert ("research", runtime_user) in sacct_assocs(d)
     job = d.sa.post(f"{rt}/jobs", {"name": "granted", "script": SHORT, "account": "vision"})
+    d.known_jobs["granted"] = job["id"]
     queued = squeue(d)[job["id"]]
     assert (queued["user"], queued["account"]) == (runtime_user, "vision")
     audit = d.ta.get(f"/v1/audit?tenant_id={d.ids['tenant']}&limit=500")["items"]
@@ -168,6 +171,58 @@ def test_hand_made_drift_shows_in_the_report_and_a_sync_repairs_it(world):
     _succeeds(d.ta, op["id"], "the repairing access sync")
     assert d.ta.get(f"{rt}/access-drift")["in_sync"]
     assert ("vision", vision_sa) in sacct_assocs(d) and ("research", "root") not in sacct_assocs(d)
+
+
+def window() -> str:
+    """Today and tomorrow (UTC): every record of this test's runtime."""
+    today = datetime.now(UTC).date()
+    return f"start={today - timedelta(days=1)}T00:00:00&end={today + timedelta(days=1)}T00:00:00"
+
+
+def usage(api, project_id: str, dimension: str) -> list[dict]:
+    return api.get(f"/v1/projects/{project_id}/usage?{window()}&dimension={dimension}&limit=500")["items"]
+
+
+def test_usage_records_match_sacct_to_the_second_and_split_between_owner_and_projects(world):
+    d = world
+    jobs = d.known_jobs  # ended by now (the drift test waited for an empty queue)
+    projects = {"research": d.ids["project"], "vision": d.ids["vision"], "granted": d.ids["vision"]}
+
+    def recorded() -> dict[str, dict] | None:
+        found = {name: next((r for r in usage(d.ta, projects[name], "job") if r["job_id"] == jobs[name]), None)
+                 for name in jobs}
+        return found if all(found.values()) else None
+
+    records = wait_for(recorded, 120, 1, "the metering pass to record the known jobs")
+    out = d.slurm(f"SLURM_TIME_FORMAT=%s sacct -X -P -n -j {','.join(jobs.values())} "
+                  "-o JobIDRaw,Account,User,ElapsedRaw,AllocCPUS,Start,End")
+    sacct = {line.split("|")[0]: line.split("|") for line in out.splitlines()}
+    for name, record in records.items():
+        job_id, account, user, elapsed, cpus, start, end = sacct[jobs[name]]
+        assert (record["account"], record["runtime_user"], record["charged_as"]) == (account, user, "project")
+        assert (record["elapsed_seconds"], record["cpus"]) == (int(elapsed), int(cpus))
+        assert record["core_seconds"] == int(elapsed) * int(cpus) and record["gpu_seconds"] == 0
+        for field, unix in (("start_time", start), ("end_time", end)):
+            assert int(datetime.fromisoformat(record[field]).timestamp()) == int(unix), (name, field)
+    assert records["research"]["project_id"] == d.ids["project"] and records["granted"]["account"] == "vision"
+
+    # Member time: the controller and the owner's reserved worker are the owner's, vision's worker is vision's.
+    def members_recorded() -> dict | None:
+        owner = {(r["node_name"], r["role"], r["charged_as"]) for r in usage(d.ta, d.ids["shared"], "member_seconds")}
+        theirs = {(r["node_name"], r["role"], r["charged_as"]) for r in usage(d.ta, d.ids["vision"], "member_seconds")}
+        return (owner, theirs) if owner and theirs else None
+
+    owner, theirs = wait_for(members_recorded, 60, 1, "member time")
+    assert owner == {("ctl", "controller", "tenant_shared_owner"), ("ctl", "worker", "tenant_shared_owner")}
+    assert theirs == {("w2", "worker", "project")}
+    assert usage(d.ta, d.ids["project"], "member_seconds") == []  # research contributed nothing
+    tenant = d.ta.get(f"/v1/tenants/{d.ids['tenant']}/usage?{window()}")
+    lines = {(line["project_name"], line["charged_as"], line["dimension"]) for line in tenant["lines"]}
+    assert {("shared", "tenant_shared_owner", "member_seconds"), ("vision", "project", "member_seconds"),
+            ("research", "project", "job"), ("vision", "project", "job")} <= lines
+    csv = d.ta.http.get(f"/v1/projects/{d.ids['vision']}/usage?{window()}&format=csv",
+                        headers={"Authorization": f"Bearer {d.ta.token}"})
+    assert csv.status_code == 200 and jobs["vision"] in csv.text and csv.text.startswith("id,")
 
 
 def test_detaching_a_project_waits_for_its_jobs_then_removes_its_account_and_its_worker(world):
