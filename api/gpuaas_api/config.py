@@ -39,6 +39,9 @@ OTHER_ENV = frozenset({"DATABASE_URL", "OTEL_EXPORTER_OTLP_ENDPOINT", "OTEL_TRAC
 SECRET_FIELDS = frozenset({"secret_key", "database_url"})
 
 
+# The default of metering_settle_seconds (metering/service.py reads it as SETTLE).
+METERING_SETTLE_SECONDS = 60.0
+
 class ConfigError(ValueError):
     """A setting is missing, malformed or out of range; str() is one line that names it."""
 
@@ -139,7 +142,7 @@ class GpuaasSettings(BaseSettings):
     # meters nothing); records and cursors make passes of several workers add up to one.
     metering_interval_seconds: float = Field(300.0, ge=0)
     # How far behind now a pass stops: a job reaches the runtime's accounting a moment after it ends.
-    metering_settle_seconds: float = Field(60.0, ge=1)
+    metering_settle_seconds: float = Field(METERING_SETTLE_SECONDS, ge=1)
     # Per-project quota on queued + running operations (0: none); more is refused with 429.
     max_open_operations_per_project: int = Field(50, ge=0)
     # Per-kind run timeouts in seconds; the environment overrides single kinds: "deploy=7200,refresh=60".

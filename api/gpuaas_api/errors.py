@@ -69,6 +69,7 @@ ERROR_CODES: dict[str, int] = {
     "project_not_in_tenant": 422, "project_not_allowlisted": 403, "already_attached": 409, "not_shared": 409,
     "owner_attachment": 409, "attachment_has_jobs": 409, "already_detached": 409, "project_not_attached": 422,
     "principal_not_served": 422, "already_allowed": 409, "cross_project_denied": 403, "account_required": 422,
+    "grant_has_jobs": 409, "already_revoked": 409,
 }
 
 ErrorCode = Literal[
@@ -91,7 +92,7 @@ ErrorCode = Literal[
     "node_operation_not_supported", "invalid_ssh_key", "no_login", "mode_not_available", "scope_not_supported",
     "shared_runtime_exists", "project_not_in_tenant", "project_not_allowlisted", "already_attached", "not_shared",
     "owner_attachment", "attachment_has_jobs", "already_detached", "project_not_attached", "principal_not_served",
-    "already_allowed", "cross_project_denied", "account_required",
+    "already_allowed", "cross_project_denied", "account_required", "grant_has_jobs", "already_revoked",
 ]
 assert set(get_args(ErrorCode)) == set(ERROR_CODES), "ErrorCode and ERROR_CODES list the same codes"
 

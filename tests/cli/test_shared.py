@@ -36,40 +36,41 @@ def test_a_tenant_admin_attaches_grants_and_reads_the_split_and_the_drift(ops, c
         secrets.ensure(conn, ops.settings, instance["id"], {"scheduler_key": {"kind": "token", "size": 32}})
         key = secrets.load(conn, ops.settings, instance["id"])["scheduler_key"]
 
-    attached = cli("shared", "attach", "shared", "project-a2", "--reason", "vision joins", token=ta)
-    rows = table(attached)
-    assert rows[0] == ["RUNTIME", "PROJECT", "ACCOUNT", "OWNER", "STATUS", "SINCE"]
-    assert rows[1][:5] == ["shared", "project-a2", "project-a2", "-", "attached"]
-    assert "1 operation(s) queued" in attached.stderr
-    assert [r[:5] for r in table(cli("shared", "attachments", "shared", token=ta))[1:]] == [
-        ["shared", "project-a1", "project-a1", "yes", "attached"], ["shared", "project-a2", "project-a2", "-",
-                                                                    "attached"]]
-    theirs = json.loads(cli("shared", "attachments", "--project", "project-a2", "-o", "json",
-                            token=ops.w.tokens["other_project_admin"]).stdout)
-    assert [(a["instance_id"], a["account"]) for a in theirs] == [(instance["id"], "project-a2")]
-    code, _, status, _ = error_line(cli("shared", "attach", "shared", "project-a2", "--reason", "again", token=ta))
-    assert (code, status) == ("already_attached", 409)
-    assert cli("shared", "attach", "shared", "project-a2", token=ta).returncode == 2  # --reason is required
-
-    granted = cli("shared", "grant", "shared", "--service-account", "project-a1/operator", "--into", "project-a2",
-                  "--reason", "shared benchmark", "-o", "json", token=ta)
-    grant = json.loads(granted.stdout)
-    assert (grant["principal_name"], grant["account"]) == ("operator", "project-a2"), granted.stderr
-    assert [r[:3] for r in table(cli("shared", "grants", "shared", token=ta))[1:]] == [
-        ["operator", "service_account", "project-a2"]]
-    assert table(cli("shared", "revoke", "shared", grant["id"], token=ta))[1][0] == "operator"
-    assert table(cli("shared", "grants", "shared", token=ta)) == [
-        ["PRINCIPAL", "KIND", "INTO", "ACCOUNT", "REASON", "SINCE", "ID"]]
-    missing = cli("shared", "grant", "shared", "--service-account", "project-a1/nobody", "--into", "project-a2",
-                  "--reason", "x", token=ta)
-    assert missing.returncode == 1 and "has no service account named nobody" in missing.stderr
-
-    split = table(cli("shared", "billing", "shared", token=ta))
-    assert split[0] == ["NODE", "ROLE", "STATUS", "CHARGED", "TO", "AS"]
-    assert {r[-1] for r in split[1:3]} == {"tenant_shared_owner"}
-
+    # The runtime's gateway is a toy one: a revoke asks it for the jobs it would end, the drift for its accounting.
     with ToyScheduler(key, instance["id"], nodes=["n1"]) as toy:
         point_at(ops.sql, instance["id"], toy.port)
+        attached = cli("shared", "attach", "shared", "project-a2", "--reason", "vision joins", token=ta)
+        rows = table(attached)
+        assert rows[0] == ["RUNTIME", "PROJECT", "ACCOUNT", "OWNER", "STATUS", "SINCE"]
+        assert rows[1][:5] == ["shared", "project-a2", "project-a2", "-", "attached"]
+        assert "1 operation(s) queued" in attached.stderr
+        assert [r[:5] for r in table(cli("shared", "attachments", "shared", token=ta))[1:]] == [
+            ["shared", "project-a1", "project-a1", "yes", "attached"], ["shared", "project-a2", "project-a2", "-",
+                                                                        "attached"]]
+        theirs = json.loads(cli("shared", "attachments", "--project", "project-a2", "-o", "json",
+                                token=ops.w.tokens["other_project_admin"]).stdout)
+        assert [(a["instance_id"], a["account"]) for a in theirs] == [(instance["id"], "project-a2")]
+        code, _, status, _ = error_line(cli("shared", "attach", "shared", "project-a2", "--reason", "again", token=ta))
+        assert (code, status) == ("already_attached", 409)
+        assert cli("shared", "attach", "shared", "project-a2", token=ta).returncode == 2  # --reason is required
+
+        granted = cli("shared", "grant", "shared", "--service-account", "project-a1/operator", "--into", "project-a2",
+                      "--reason", "shared benchmark", "-o", "json", token=ta)
+        grant = json.loads(granted.stdout)
+        assert (grant["principal_name"], grant["account"]) == ("operator", "project-a2"), granted.stderr
+        assert [r[:3] for r in table(cli("shared", "grants", "shared", token=ta))[1:]] == [
+            ["operator", "service_account", "project-a2"]]
+        assert table(cli("shared", "revoke", "shared", grant["id"], token=ta))[1][0] == "operator"
+        assert table(cli("shared", "grants", "shared", token=ta)) == [
+            ["PRINCIPAL", "KIND", "INTO", "ACCOUNT", "REASON", "SINCE", "ID"]]
+        missing = cli("shared", "grant", "shared", "--service-account", "project-a1/nobody", "--into", "project-a2",
+                      "--reason", "x", token=ta)
+        assert missing.returncode == 1 and "has no service account named nobody" in missing.stderr
+
+        split = table(cli("shared", "billing", "shared", token=ta))
+        assert split[0] == ["NODE", "ROLE", "STATUS", "CHARGED", "TO", "AS"]
+        assert {r[-1] for r in split[1:3]} == {"tenant_shared_owner"}
+
         drift = cli("instances", "access-drift", "shared", token=ta)
         assert drift.returncode == 1 and "missing account: project-a1" in drift.stdout
         assert "gpuaas instances access-sync shared" in drift.stderr

@@ -242,5 +242,6 @@ def test_detaching_a_project_waits_for_its_jobs_then_removes_its_account_and_its
     assert d.slurm("sinfo -N -h -o %N").split() == ["ctl"]
     removed = next(m for m in d.ta.get(f"{rt}/members")["items"] if m["node_name"] == "w2")
     assert removed["status"] == "removed"
-    assert d.sa.get(f"{rt}/jobs")["items"] is not None  # research still uses it
+    assert d.sa.post(f"{rt}/jobs", {"name": "after", "script": SHORT})["account"] == "research"  # research goes on
+    assert d.ta.get(f"{rt}/submit-grants")["items"] == []  # the grant into vision's account went with it
     assert d.ta.get(f"{rt}/access-drift")["in_sync"]

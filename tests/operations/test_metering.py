@@ -296,7 +296,8 @@ def test_the_gateway_is_read_in_contiguous_windows_of_at_most_a_chunk(m, monkeyp
 
     monkeypatch.setattr(service.gateway.Gateway, "call", recorded)
     m.run()
-    assert windows[0][0] == unix(H - 2 * HOUR) and windows[-1][1] == unix(UNTIL)
+    # from the cursor, less the hour read again for jobs that reached the accounting late
+    assert windows[0][0] == unix(H - 2 * HOUR - service.JOB_LOOKBACK) and windows[-1][1] == unix(UNTIL)
     assert all(a[1] == b[0] for a, b in zip(windows, windows[1:], strict=False))
     assert all(0 < end - start <= service.JOB_CHUNK.total_seconds() for start, end in windows)
     assert len(windows) == 2
@@ -372,14 +373,15 @@ def test_a_failing_gateway_leaves_the_cursor_and_says_why(m, monkeypatch, caplog
     monkeypatch.setattr(service.gateway.Gateway, "call", second_fails)
     m.run()
     cursor = m.cursor(m.s, "job")
-    assert cursor["metered_until"] == start + service.JOB_CHUNK
+    first_window_end = start - service.JOB_LOOKBACK + service.JOB_CHUNK  # read from an hour before the cursor
+    assert cursor["metered_until"] == first_window_end
     assert cursor["last_error"] == "scheduler_unavailable: the gateway went away"
-    assert {r["end_time"] < start + service.JOB_CHUNK for r in m.records(m.s, "job")} == {True}
+    assert {r["end_time"] < first_window_end for r in m.records(m.s, "job")} == {True}
     # One whose answer is not the protocol's: nothing of that window is taken.
     monkeypatch.setattr(service.gateway.Gateway, "call", lambda gw, *a, **k: {"items": [{"id": "1", "account": "x"}]})
     m.run()
     cursor = m.cursor(m.s, "job")
-    assert cursor["metered_until"] == start + service.JOB_CHUNK
+    assert cursor["metered_until"] == first_window_end  # where it stood: a failed window never moves it back
     assert cursor["last_error"].startswith("the gateway's usage answer does not follow the protocol: 0.submit_time")
     monkeypatch.undo()
     m.run()  # back: it goes on from there, no gap

@@ -80,12 +80,22 @@ def _targets(w, database, side: str) -> tuple[dict, set[str]]:
     """The foreign side's ids (and the names it holds) for probes; built through the API as its own
     admins would."""
     pa = "platform_admin"
+    grant = "6f1c5a43-9d2e-4b8a-8e1f-3c2d1b0a9f87"  # no shared runtime on the other project's side
     if side == "tenant":
+        # Tenant B's instance is its shared runtime, with a second project attached and a real grant: every
+        # tenant-shared route is probed on one that exists.
         admin, tenant, project, alloc = "other_tenant_admin", "tenant_b", "project_b1", "alloc_b1"
-        instance = create_instance(w, admin, project, "slurm-b1", alloc)["id"]
+        b2 = w.call(admin, "POST", f"/v1/tenants/{w.ids[tenant]}/projects", 201, json={"name": "b-two"}).json()["id"]
+        w.call(pa, "POST", f"/v1/projects/{b2}/entitlements", 201, json={"app_slug": "slurm"})
+        instance = create_instance(w, admin, project, "slurm-b1", alloc, control_plane_scope="tenant",
+                                   attachable_project_ids=[b2])["id"]
+        w.call(admin, "POST", f"/v1/instances/{instance}/attachments", 201, json={"project_id": b2, "reason": "b"})
         user = w.ids["user_other_tenant_admin"]
         sa = w.call(admin, "POST", f"/v1/projects/{w.ids[project]}/service-accounts", 201,
                     json={"name": "b-operator"}).json()["id"]
+        grant = w.call(admin, "POST", f"/v1/instances/{instance}/submit-grants", 201, json={
+            "principal_kind": "service_account", "principal_id": sa, "target_project_id": b2,
+            "reason": "b"}).json()["id"]
     else:
         admin, tenant, project, alloc = "other_project_admin", "tenant_a", "project_a2", "alloc_a2"
         instance, user, sa = w.ids["instance_a2"], w.ids["user_other_project_admin"], w.ids["sa_other_service_account"]
@@ -105,7 +115,7 @@ def _targets(w, database, side: str) -> tuple[dict, set[str]]:
          "allocation_id": w.ids[alloc], "overlay_id": overlay, "slug": "slurm", "app_slug": "slurm",
          "version": "1.0.0", "version_id": version["id"], "artifact_id": version["artifact_id"],
          "digest": "sha256:" + "ab" * 32, "name": "admin", "job_id": "4711", "key_id": key.json()["id"],
-         "grant_id": "6f1c5a43-9d2e-4b8a-8e1f-3c2d1b0a9f87"}
+         "grant_id": grant}
     secrets = {str(t[k]) for k in SCOPED_PARAMS if k != "tenant_id" or side == "tenant"}
     for path in (f"/v1/instances/{instance}", f"/v1/users/{user}"):
         body = w.call(pa if "users" in path else admin, "GET", path, 200).json()

@@ -91,32 +91,48 @@ def _holders(conn: psycopg.Connection, project: dict, permission: str) -> set[tu
     return {(r["principal_kind"], r["principal_id"]) for r in rows}
 
 
-def access_map(conn: psycopg.Connection, instance: dict) -> dict:
-    """The instance's access map: one account per project it serves (its own; for a tenant-shared runtime, every
-    attached project's), and one identity per principal that may submit jobs or log in there, associated with the
-    account of each such project (its first one is its default) and with those its submit grants name; people
-    who may log in carry their SSH keys."""
+def _served(conn: psycopg.Connection, instance: dict) -> tuple[list[dict], dict[tuple[str, UUID], tuple[list, list]]]:
+    """The projects the instance serves, and each principal that may submit jobs or log in there: its accounts
+    (that of each such project, its first one its default, then those its live grants name) and whether it may log
+    in (as a one-item list, set while reading)."""
     projects = scope.attached_projects(conn, instance)
     accounts = {p["id"]: account_name(p) for p in projects}
-    # principal -> its accounts in order, and whether it may log in
-    holders: dict[tuple[str, UUID], tuple[list[str], list[bool]]] = {}
+    served: dict[tuple[str, UUID], tuple[list, list]] = {}
     for project in projects:
         login = {p for p in _holders(conn, project, LOGIN) if p[0] == "user"}
         for principal in _holders(conn, project, SUBMIT) | login:
-            names, may_login = holders.setdefault(principal, ([], [False]))
+            names, may_login = served.setdefault(principal, ([], [False]))
             names.append(accounts[project["id"]])
             may_login[0] |= principal in login
-    identities = []
-    for (kind, principal_id), (names, may_login) in sorted(holders.items(), key=lambda h: (h[0][0], str(h[0][1]))):
+    if scope.is_shared(instance):
         # A grant adds exactly the account it names, for a principal that still uses the runtime.
-        names += [accounts[t] for t in scope.granted_projects(conn, instance, kind, principal_id)
-                  if accounts[t] not in names]
+        for g in conn.execute("""SELECT principal_kind, principal_id, target_project_id FROM submit_grants
+                                  WHERE instance_id = %s AND revoked_at IS NULL ORDER BY seq""", (instance["id"],)):
+            names = served.get((g["principal_kind"], g["principal_id"]), ([],))[0]
+            target = accounts.get(g["target_project_id"])  # None: that project was detached
+            if (g["principal_kind"], g["principal_id"]) in served and target and target not in names:
+                names.append(target)
+    return projects, served
+
+
+def accounts_of(conn: psycopg.Connection, instance: dict, kind: str, principal_id: UUID) -> list[str]:
+    """The accounts the principal is associated with on the instance's runtime (none: it does not use it)."""
+    return _served(conn, instance)[1].get((kind, principal_id), ([], []))[0]
+
+
+def access_map(conn: psycopg.Connection, instance: dict) -> dict:
+    """The instance's access map: one account per project it serves (its own; for a tenant-shared runtime, every
+    attached project's), and one identity per principal that may submit jobs or log in there, with its accounts
+    (_served); people who may log in carry their SSH keys."""
+    projects, served = _served(conn, instance)
+    identities = []
+    for (kind, principal_id), (names, may_login) in sorted(served.items(), key=lambda h: (h[0][0], str(h[0][1]))):
         ident = identity(conn, kind, principal_id)
         keys = [r["public_key"] for r in conn.execute(
             "SELECT public_key FROM ssh_keys WHERE user_id = %s ORDER BY seq", (principal_id,))] if may_login[0] else []
         identities.append({"name": ident["name"], "uid": ident["uid"], "account": names[0], "accounts": names,
                            "principal": f"{kind}:{principal_id}", "login": may_login[0], "ssh_keys": keys})
-    return {"accounts": [{"name": accounts[p["id"]], "project_id": str(p["id"])} for p in projects],
+    return {"accounts": [{"name": account_name(p), "project_id": str(p["id"])} for p in projects],
             "identities": identities}
 
 

@@ -80,10 +80,12 @@ def get_instance(instance_id: UUID, caller: Caller, db: DB):
 @api.patch("/v1/instances/{instance_id}", operation_id="instances_update", response_model=Instance,
            openapi_extra=docs.example({'labels': {'team': 'vision-research',
                                                   'cost-center': 'cc-42',
-                                                  'obsolete': None}}))
+                                                  'obsolete': None}}),
+           responses=errors.responses("not_shared", "project_not_in_tenant"))
 def update_instance(instance_id: UUID, body: InstanceUpdate, caller: Caller, db: DB):
-    """Merge labels into the instance (JSON merge, RFC 7396: a key set to null is removed, keys not named stay) and
-    opt it in to or out of canary versions."""
+    """Merge labels into the instance (JSON merge, RFC 7396: a key set to null is removed, keys not named stay),
+    opt it in to or out of canary versions, or replace a tenant-shared runtime's allowlist of attachable projects
+    (a tenant admin's change, `apps.shared_runtime.manage`)."""
     with db.transaction() as conn:
         _authorized_instance(conn, caller, "apps.instance.update", instance_id)
         return service.update_instance(conn, caller, instance_id, body.model_dump(exclude_unset=True))

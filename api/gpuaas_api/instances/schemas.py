@@ -65,11 +65,14 @@ class InstanceUpdate(Strict):
         description="merged into the instance's labels (JSON merge patch, RFC 7396): a key with a value sets it, "
                     "a key with null removes it, keys not named stay")
     canary: bool | None = Field(default=None, description="opt in to (or out of) canary versions")
+    attachable_project_ids: list[UUID] | None = Field(
+        default=None, max_length=256, description="a tenant-shared runtime's allowlist, replaced whole (a tenant "
+        "admin's change: `apps.shared_runtime.manage`); projects already attached stay attached")
 
     @model_validator(mode="after")
     def _something_set(self):
         if not self.model_fields_set or any(getattr(self, f) is None for f in self.model_fields_set):
-            raise ValueError("set labels, canary or both (not null)")
+            raise ValueError("set labels, canary or attachable_project_ids (not null)")
         return self
 
 

@@ -194,6 +194,9 @@ def create_instance(conn: psycopg.Connection, actor: Principal, project: dict, b
     runtime = rules.decide_runtime(app, body.operating_mode, body.control_plane_scope)
     if runtime.control_plane_scope == "tenant":
         check_shared_runtime(conn, actor, project, version, body)
+    elif {"environment", "attachable_project_ids"} & body.model_fields_set:
+        raise unprocessable("validation_error", "environment and attachable_project_ids belong to a tenant-shared "
+                            "runtime (control_plane_scope tenant)")
     quotas.enforce(conn, project["id"], "instances", max_instances)
 
     ids = list(dict.fromkeys(body.allocation_ids))
@@ -274,11 +277,23 @@ def check_shared_runtime(conn: psycopg.Connection, actor: Principal, project: di
         raise conflict("shared_runtime_exists", f"the tenant already has a shared {version['app_slug']} runtime for "
                        f"environment {body.environment} ({existing['name']}); attach this project to it instead "
                        f"(POST /v1/instances/{existing['id']}/attachments)", instance_id=str(existing["id"]))
-    foreign = [str(p) for p in body.attachable_project_ids if conn.execute(
-        "SELECT 1 FROM projects WHERE id = %s AND tenant_id = %s", (p, project["tenant_id"])).fetchone() is None]
+    check_allowlist(conn, actor, {"tenant_id": project["tenant_id"], "control_plane_scope": "tenant"},
+                    body.attachable_project_ids)
+
+
+def check_allowlist(conn: psycopg.Connection, actor: Principal, instance: dict, project_ids: list[UUID]) -> list[UUID]:
+    """A shared runtime's allowlist of attachable projects: a tenant admin's, projects of its own tenant only."""
+    if instance["control_plane_scope"] != "tenant":
+        raise conflict("not_shared", "only a tenant-shared runtime (control_plane_scope tenant) has attachable "
+                       "projects")
+    actor.require("apps.shared_runtime.manage", tenant_id=instance["tenant_id"])
+    project_ids = list(dict.fromkeys(project_ids))
+    foreign = [str(p) for p in project_ids if conn.execute(
+        "SELECT 1 FROM projects WHERE id = %s AND tenant_id = %s", (p, instance["tenant_id"])).fetchone() is None]
     if foreign:
         raise unprocessable("project_not_in_tenant", "attachable projects must be projects of this tenant",
                             project_ids=foreign)
+    return project_ids
 
 
 def transition_instance(conn: psycopg.Connection, instance_id: UUID, target: str, *, reason: str,
@@ -458,7 +473,10 @@ def update_instance(conn: psycopg.Connection, actor: Principal, instance_id: UUI
     """Set the fields given (labels, canary); the others stay. Labels merge as RFC 7396 says: a key
     with a value is set, a key with null is removed, keys not named stay."""
     before = get_instance(conn, instance_id, lock=True)
-    after = {"labels": before["labels"], "canary": before["canary"]} | changes
+    if "attachable_project_ids" in changes:
+        changes["attachable_project_ids"] = check_allowlist(conn, actor, before, changes["attachable_project_ids"])
+    after = {"labels": before["labels"], "canary": before["canary"],
+             "attachable_project_ids": before["attachable_project_ids"]} | changes
     if "labels" in changes:
         labels = dict(before["labels"])
         for key, value in changes["labels"].items():
@@ -470,8 +488,9 @@ def update_instance(conn: psycopg.Connection, actor: Principal, instance_id: UUI
             raise unprocessable("validation_error", f"an instance holds at most {MAX_LABELS} labels; "
                                 f"this merge would leave {len(labels)}", max_labels=MAX_LABELS)
         after["labels"] = labels
-    conn.execute("UPDATE app_instances SET labels = %s, canary = %s, updated_at = now() WHERE id = %s",
-                 (Jsonb(after["labels"]), after["canary"], instance_id))
+    conn.execute("""UPDATE app_instances SET labels = %s, canary = %s, attachable_project_ids = %s, updated_at = now()
+                     WHERE id = %s""", (Jsonb(after["labels"]), after["canary"], after["attachable_project_ids"],
+                                        instance_id))
     audit.record(conn, actor, "apps.instance.update", "app_instance", instance_id,
                  before={k: before[k] for k in changes}, after=changes, context=audit.instance_context(before))
     return get_instance_view(conn, instance_id)

@@ -28,7 +28,7 @@ import psycopg
 from psycopg import sql
 from pydantic import BaseModel, ConfigDict, Field, StringConstraints, TypeAdapter, ValidationError
 
-from ..config import OperationSettings
+from ..config import METERING_SETTLE_SECONDS, OperationSettings
 from ..db import Database
 from ..errors import ApiError
 from ..scheduler import gateway
@@ -40,8 +40,11 @@ log = logging.getLogger(__name__)
 DIMENSIONS = ("member_seconds", "job")
 # How far behind now a pass stops by default (the setting metering_settle_seconds): a status move's time is its
 # transaction's start and a job reaches accounting a moment after it ends, so the last seconds may still change.
-# Member hours are recomputed from this far before the cursor for the same reason.
-SETTLE = timedelta(seconds=60)
+# Member hours are recomputed from the settle delay before the cursor for the same reason.
+SETTLE = timedelta(seconds=METERING_SETTLE_SECONDS)
+# Jobs are read again from this far before the cursor on every pass: one that reached the runtime's accounting
+# later than the settle delay (a busy slurmdbd) is still recorded, once (records are upserted by their key).
+JOB_LOOKBACK = timedelta(hours=1)
 # One gateway call reads the jobs that ended in this much time (its answer is not paginated).
 JOB_CHUNK = timedelta(hours=4)
 # One pass moves one instance's cursor this far at most (the gateway refuses longer windows).
@@ -159,7 +162,8 @@ def meter(db: Database, settings: OperationSettings, instance_id: UUID, dimensio
         start = cursor["metered_until"]
         end = min(until, start + MAX_WINDOW)
         if dimension == "member_seconds":
-            reached, written, error = end, _meter_members(conn, instance, start, end), None
+            settle = timedelta(seconds=settings.metering_settle_seconds)
+            reached, written, error = end, _meter_members(conn, instance, start, end, settle), None
         else:
             reached, written, error = _meter_jobs(conn, settings, instance, start, end)
         conn.execute(_ADVANCE, {"reached": reached, "error": error, "iid": instance_id, "dimension": dimension})
@@ -200,8 +204,9 @@ DELETE FROM usage_records
 """
 
 
-def _meter_members(conn: psycopg.Connection, instance: dict, since: datetime, end: datetime) -> int:
-    start = floor_hour(since - SETTLE)
+def _meter_members(conn: psycopg.Connection, instance: dict, since: datetime, end: datetime,
+                   settle: timedelta) -> int:
+    start = floor_hour(since - settle)
     moves: dict[UUID, list[tuple[datetime, str]]] = {}
     for move in conn.execute(_MOVES, (instance["id"],)):
         moves.setdefault(move["member_id"], []).append((move["occurred_at"], move["status"]))
@@ -258,7 +263,7 @@ def _meter_jobs(conn: psycopg.Connection, settings: OperationSettings, instance:
     except ApiError as exc:
         return start, 0, f"{exc.code}: {exc.message}"
     projects = attribution.accounts(conn, instance)
-    reached, written = start, 0
+    reached, written = start - JOB_LOOKBACK, 0
     while reached < end:
         window_end = min(reached + JOB_CHUNK, end)
         try:
@@ -266,10 +271,10 @@ def _meter_jobs(conn: psycopg.Connection, settings: OperationSettings, instance:
                              params={"start": _unix(reached), "end": _unix(window_end)})
             jobs = _JOBS.validate_python(answer.get("items") if isinstance(answer, dict) else None)
         except ApiError as exc:
-            return reached, written, f"{exc.code}: {exc.message}"
+            return max(reached, start), written, f"{exc.code}: {exc.message}"
         except ValidationError as exc:
             first = exc.errors()[0]
-            return reached, written, (f"the gateway's usage answer does not follow the protocol: "
+            return max(reached, start), written, (f"the gateway's usage answer does not follow the protocol: "
                                       f"{'.'.join(map(str, first['loc'])) or 'items'}: {first['msg']}")
         # The window's own jobs, once each (a gateway may answer a job twice, or one outside the window).
         keyed = {(j.id, j.submit_time): j for j in jobs if _unix(reached) <= j.end_time < _unix(window_end)}

@@ -3,6 +3,12 @@
 -- for the control plane); other projects of the tenant attach to it, contribute workers and submit into their
 -- own accounts.
 
+-- Until now a mode or a scope was only a label: every instance deployed and served its own project alone. Say so,
+-- so that no earlier instance becomes a shared runtime without attachments (or two of them break the index below).
+UPDATE app_instances SET operating_mode = 'tenant_dedicated', control_plane_scope = 'project',
+                         tenant_boundary_mode = 'tenant_isolated'
+ WHERE operating_mode <> 'tenant_dedicated' OR control_plane_scope <> 'project';
+
 -- One shared runtime per tenant, app and environment.
 ALTER TABLE app_instances ADD COLUMN environment text NOT NULL DEFAULT 'default'
     CHECK (environment ~ '^[a-z][a-z0-9-]{0,31}$');

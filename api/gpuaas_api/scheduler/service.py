@@ -68,7 +68,7 @@ def _submit_account(conn: psycopg.Connection, instance: dict, caller: Principal,
     if target is None:
         raise ApiError(403, "account_not_allowed", f"jobs here are charged to your project's account "
                        f"({', '.join(mine)}); you may not submit into {requested}", {"accounts": list(mine)})
-    if target["id"] in scope.granted_projects(conn, instance, caller.kind, caller.id):
+    if requested in access.accounts_of(conn, instance, caller.kind, caller.id):  # a live submit grant names it
         return requested, target["id"]
     raise ApiError(403, "cross_project_denied", f"account {requested} is project {target['name']}'s; submitting "
                    "into another project's account needs a submit grant from a tenant admin",
@@ -93,6 +93,11 @@ def _one_job(conn: psycopg.Connection, accounts: dict[str, UUID], job: dict, job
     return shown[0]
 
 
+def _job_context(instance: dict, project_id: UUID) -> dict:
+    """A job's audit rows belong to the project charged for it: on a shared runtime, not the owner's."""
+    return audit.instance_context(instance) | {"project_id": project_id}
+
+
 def _job_ref(instance: dict, job_id: str) -> str:
     return f"{instance['id']}/{job_id}"
 
@@ -111,7 +116,7 @@ def submit(db: Database, settings: OperationSettings, caller: Principal, instanc
         audit.record(conn, caller, "scheduler.job.submit", "job", _job_ref(instance, job["id"]),
                      after={"id": job["id"], "name": job.get("name"), "account": account,
                             "runtime_user": claims["sub"], "resources": job.get("resources")},
-                     context=audit.instance_context(instance))
+                     context=_job_context(instance, project_id))
     return shown
 
 
@@ -155,7 +160,7 @@ def cancel_job(db: Database, settings: OperationSettings, caller: Principal, ins
         shown = _one_job(conn, accounts, job, job_id)
         audit.record(conn, caller, "scheduler.job.cancel", "job", _job_ref(instance, job_id),
                      after={"id": job_id, "state": job.get("state"), "runtime_user": job.get("user")},
-                     context=audit.instance_context(instance))
+                     context=_job_context(instance, shown["project_id"]))
     return shown
 
 

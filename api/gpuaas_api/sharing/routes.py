@@ -114,12 +114,15 @@ def get_attachment(instance_id: UUID, project_id: UUID, caller: Caller, db: DB):
 @api.post("/v1/instances/{instance_id}/attachments/{project_id}/detach", operation_id="attachments_detach",
           response_model=Attachment, openapi_extra=docs.example({"reason": "the project moved to its own cluster"}),
           responses=errors.responses("owner_attachment", "attachment_has_jobs", "operation_open", "already_detached",
-                                     "scheduler_unavailable", *_SHARED))
+                                     "instance_not_operable", "scheduler_unavailable", *_SHARED))
 def detach(instance_id: UUID, project_id: UUID, body: Detach, caller: Caller, db: DB, settings: RunSettings):
-    """Detach a project (`apps.shared_runtime.manage`). Refused while any job of its account is queued or running
-    (409 attachment_has_jobs: cancel them or let them end), or while an operation on one of its members is open
-    (409 operation_open). Its principals lose the runtime at once; its contributed members are removed (a
-    member_remove each) and its account with the access_sync this queues."""
+    """Detach a project (`apps.shared_runtime.manage`), from a runtime that is running, degraded, created or
+    stopped (409 instance_not_operable otherwise). Refused while a job would lose its association (409
+    attachment_has_jobs: a job of the project's account, or one its principals run in another account through a
+    grant; cancel them or let them end), or while an operation on one of its members is open (409
+    operation_open). Its principals lose the runtime at once; the grants into its account and those of principals
+    it alone served are revoked; its contributed members are removed (a member_remove each) and its account with
+    the access_sync this queues."""
     return service.detach(db, settings, caller, instance_id, project_id, body.reason)
 
 
@@ -164,12 +167,12 @@ def get_grant(instance_id: UUID, grant_id: UUID, caller: Caller, db: DB):
 
 
 @api.post("/v1/instances/{instance_id}/submit-grants/{grant_id}/revoke", operation_id="submit_grants_revoke",
-          response_model=Grant, responses=errors.responses(*_SHARED))
+          response_model=Grant, responses=errors.responses("grant_has_jobs", "already_revoked", "instance_not_operable",
+                                                           "scheduler_unavailable", *_SHARED))
 def revoke_grant(instance_id: UUID, grant_id: UUID, caller: Caller, db: DB, settings: RunSettings):
     """Revoke a submit grant (`apps.shared_runtime.manage`); its association goes with the access_sync this
-    queues."""
-    with db.transaction() as conn:
-        return service.revoke(conn, settings, caller, instance_id, grant_id)
+    queues. Refused while a job runs under that association (409 grant_has_jobs: the runtime would cancel it)."""
+    return service.revoke(db, settings, caller, instance_id, grant_id)
 
 
 class MemberCharge(BaseModel):

@@ -5,8 +5,6 @@ authorization model is the project one, whatever the scope."""
 
 from __future__ import annotations
 
-from uuid import UUID
-
 import psycopg
 
 from ..iam.auth import Principal
@@ -44,14 +42,3 @@ def served_by(conn: psycopg.Connection, instance: dict, caller: Principal, permi
     """Whether the caller holds `permission` in some project the instance serves (no error)."""
     return any(caller.permits(permission, tenant_id=instance["tenant_id"], project_id=p["id"])
                for p in attached_projects(conn, instance))
-
-
-def granted_projects(conn: psycopg.Connection, instance: dict, kind: str, principal_id: UUID) -> list[UUID]:
-    """Attached projects into whose account a live submit grant lets this principal submit."""
-    rows = conn.execute(
-        """SELECT g.target_project_id FROM submit_grants g
-             JOIN instance_attachments a ON a.instance_id = g.instance_id AND a.project_id = g.target_project_id
-                  AND a.status = 'attached'
-            WHERE g.instance_id = %s AND g.principal_kind = %s AND g.principal_id = %s AND g.revoked_at IS NULL
-            ORDER BY g.seq""", (instance["id"], kind, principal_id)).fetchall()
-    return [r["target_project_id"] for r in rows]

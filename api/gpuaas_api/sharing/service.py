@@ -22,8 +22,6 @@ from ..scheduler import gateway
 from . import scope
 
 MANAGE = "apps.shared_runtime.manage"
-# A detach waits for none of these: the project's jobs must have ended (or been cancelled) first.
-ACTIVE_JOB_STATES = ("pending", "running")
 
 _ATTACHMENT_SELECT = """
 SELECT a.id, a.instance_id, a.project_id, p.name AS project_name, a.owner, a.status, a.reason, a.created_by,
@@ -111,7 +109,7 @@ def attach(conn: psycopg.Connection, settings: OperationSettings, caller: Princi
     view = _view(conn, row["id"])
     audit.append_event(conn, instance, "apps.instance.project_attached", _payload(view))
     audit.record(conn, caller, "apps.shared_runtime.attach", "instance_attachment", row["id"], after=_payload(view),
-                 reason=reason, context=audit.instance_context(instance))
+                 reason=reason, context=_context(instance, project_id))
     view["operation_ids"] = access.queue_sync(conn, settings, caller, instance_id=instance_id,
                                               reason=f"project {project['name']} attached")
     return view
@@ -119,17 +117,15 @@ def attach(conn: psycopg.Connection, settings: OperationSettings, caller: Princi
 
 def detach(db: Database, settings: OperationSettings, caller: Principal, instance_id: UUID, project_id: UUID,
            reason: str) -> dict:
-    """Detach a project: refused while any job of its account is queued or running (the runtime is asked first,
-    outside any transaction); then its contributed members are removed (each with a member_remove, which drains it)
-    and the access_sync this queues removes its account and its principals' associations. The owner project stays
-    attached for as long as the runtime lives."""
+    """Detach a project: refused while a job would lose its association with it (a job of its account, or one
+    that its principals run in another account through a grant; the runtime is asked first, outside any
+    transaction). Then the grants into its account, and those of principals it alone served, are revoked; its
+    contributed members are removed (each with a member_remove, which drains it); and the access_sync this queues
+    removes its account and its principals' associations. The owner project stays attached for as long as the
+    runtime lives."""
     with db.transaction() as conn:
-        instance = _shared_instance(conn, caller, instance_id, manage=True)
-        row = conn.execute(_ATTACHMENT_SELECT + """ WHERE a.instance_id = %s AND a.project_id = %s
-                                                      AND a.status = 'attached'""",
-                           (instance_id, project_id)).fetchone()
-        if row is None:
-            raise not_found("attachment", project_id)
+        instance = _changeable(conn, caller, instance_id)
+        row = _live_attachment(conn, instance_id, project_id)
         if row["owner"]:
             raise conflict("owner_attachment", "the runtime's own project stays attached; decommission the runtime "
                            "to end it", project_id=str(project_id))
@@ -144,33 +140,113 @@ def detach(db: Database, settings: OperationSettings, caller: Principal, instanc
             raise conflict("operation_open", f"a {busy['kind']} of one of the project's members is {busy['status']}; "
                            "let it finish or cancel it, then detach", operation_id=str(busy["id"]),
                            kind=busy["kind"], status=busy["status"])
-        account = access.account_name({"name": row["project_name"], "id": project_id})
-        # a runtime that is not serving runs no job (its members are torn down, or it never started)
-        gw = gateway.for_instance(conn, settings, instance) if instance["status"] in ("running", "degraded") else None
-    if gw is not None:
-        page = gw.call("GET", "/v1/jobs", {"accounts": [account], "node_operate": False},
-                       params={"state": ",".join(ACTIVE_JOB_STATES), "limit": 500})
-        active = [j for j in page.get("items") or [] if j.get("account") == account]
-        if active:
-            raise conflict("attachment_has_jobs", f"project {row['project_name']} has {len(active)} queued or running "
-                           f"job(s) in account {account}; cancel them or let them end, then detach",
-                           jobs=len(active), job_ids=[str(j.get("id")) for j in active[:20]], account=account)
+        lost = _lost_associations(conn, instance, lambda: _end_attachment(conn, caller, row))
+        gw = _serving_gateway(conn, settings, instance)
+    _refuse_jobs(gw, lost, "attachment_has_jobs", f"detaching project {row['project_name']}")
     with db.transaction() as conn:
         instance = instances.get_instance(conn, instance_id, lock=True)
-        updated = conn.execute(
-            """UPDATE instance_attachments SET status = 'detached', detached_by = %s, detached_at = now()
-                WHERE id = %s AND status = 'attached' RETURNING id""", (caller.id, row["id"])).fetchone()
-        if updated is None:
-            raise conflict("already_detached", f"project {row['project_name']} was detached meanwhile")
+        _end_attachment(conn, caller, row)
         view = _view(conn, row["id"])
-        audit.append_event(conn, instance, "apps.instance.project_detached", _payload(view) | {"detach_reason": reason})
+        revoked = _revoke_unserved(conn, caller, instance, project_id, reason=f"project {row['project_name']} detached")
+        payload = _payload(view) | {"grants_revoked": revoked}
+        audit.append_event(conn, instance, "apps.instance.project_detached", payload | {"detach_reason": reason})
         audit.record(conn, caller, "apps.shared_runtime.detach", "instance_attachment", row["id"],
-                     before={"status": "attached"}, after=_payload(view) | {"status": "detached"}, reason=reason,
-                     context=audit.instance_context(instance))
+                     before={"status": "attached"}, after=payload | {"status": "detached"}, reason=reason,
+                     context=_context(instance, project_id))
         view["operation_ids"] = _remove_contributed(conn, settings, caller, instance, project_id)
         view["operation_ids"] += access.queue_sync(conn, settings, caller, instance_id=instance_id,
                                                    reason=f"project {row['project_name']} detached")
     return view
+
+
+# A change that takes associations away is made where the runtime serves (its jobs are checked first and the
+# access_sync follows at once), or where it runs nothing (created: its deploy applies the map; stopped).
+CHANGEABLE = ("created", "running", "degraded", "stopped")
+
+
+def _changeable(conn: psycopg.Connection, caller: Principal, instance_id: UUID) -> dict:
+    instance = _shared_instance(conn, caller, instance_id, manage=True)
+    if instance["status"] not in CHANGEABLE:
+        raise conflict("instance_not_operable", f"the runtime is {instance['status']}: its jobs cannot be checked "
+                       "and its accounts would keep this change until its next run; retry once it runs again",
+                       status=instance["status"])
+    return instance
+
+
+def _live_attachment(conn: psycopg.Connection, instance_id: UUID, project_id: UUID) -> dict:
+    row = conn.execute(_ATTACHMENT_SELECT + " WHERE a.instance_id = %s AND a.project_id = %s AND a.status = 'attached'",
+                       (instance_id, project_id)).fetchone()
+    if row is None:
+        raise not_found("attachment", project_id)
+    return row
+
+
+def _end_attachment(conn: psycopg.Connection, caller: Principal, row: dict) -> None:
+    ended = conn.execute("""UPDATE instance_attachments SET status = 'detached', detached_by = %s, detached_at = now()
+                             WHERE id = %s AND status = 'attached' RETURNING id""", (caller.id, row["id"])).fetchone()
+    if ended is None:
+        raise conflict("already_detached", f"project {row['project_name']} was detached meanwhile")
+
+
+def _associations(conn: psycopg.Connection, instance: dict) -> set[tuple[str, str]]:
+    return {(account, i["name"]) for i in access.access_map(conn, instance)["identities"] for account in i["accounts"]}
+
+
+def _lost_associations(conn: psycopg.Connection, instance: dict, change) -> set[tuple[str, str]]:
+    """The (account, user) associations the runtime would lose with `change`, made in a savepoint and undone."""
+    before = _associations(conn, instance)
+    with conn.transaction() as savepoint:
+        change()
+        after = _associations(conn, instance)
+        raise psycopg.Rollback(savepoint)
+    return before - after
+
+
+def _serving_gateway(conn: psycopg.Connection, settings: OperationSettings, instance: dict) -> gateway.Gateway | None:
+    """The gateway of a runtime that runs jobs; None for one that does not (created, stopped)."""
+    return gateway.for_instance(conn, settings, instance) if instance["status"] in ("running", "degraded") else None
+
+
+def _refuse_jobs(gw: gateway.Gateway | None, lost: set[tuple[str, str]], code: str, change: str) -> None:
+    """409 when a queued or running job runs under an association the change takes away: the runtime would cancel
+    it (slurm_accounts cancels an association's jobs before removing it)."""
+    if gw is None or not lost:
+        return
+    claims = {"accounts": sorted({account for account, _ in lost}), "node_operate": False}
+    params: dict = {"state": "pending,running", "limit": 500}
+    active = []
+    while True:
+        page = gw.call("GET", "/v1/jobs", claims, params=params)
+        active += [j for j in page.get("items") or [] if (j.get("account"), j.get("user")) in lost]
+        if not page.get("next"):
+            break
+        params["before"] = page["next"]
+    if active:
+        accounts = sorted({j["account"] for j in active})
+        raise conflict(code, f"{change} would end {len(active)} queued or running job(s) ({', '.join(accounts)}); "
+                       "cancel them or let them end, then retry", jobs=len(active),
+                       job_ids=[str(j.get("id")) for j in active[:20]], accounts=accounts)
+
+
+def _context(instance: dict, project_id: UUID) -> dict:
+    """An attachment's or a grant's audit rows belong to the project it concerns (the one attached, the one whose
+    account a grant opens); the runtime's own project reads the change on its timeline."""
+    return audit.instance_context(instance) | {"project_id": project_id}
+
+
+def _revoke_unserved(conn: psycopg.Connection, caller: Principal, instance: dict, project_id: UUID, *,
+                     reason: str) -> list[str]:
+    """Revoke the live grants into the project's account, and those of principals the runtime no longer serves:
+    they would otherwise come back with a later attach or binding."""
+    served = {i["principal"] for i in access.access_map(conn, instance)["identities"]}
+    revoked = []
+    for grant_row in conn.execute("SELECT * FROM submit_grants WHERE instance_id = %s AND revoked_at IS NULL",
+                                  (instance["id"],)).fetchall():
+        if grant_row["target_project_id"] == project_id or \
+                f"{grant_row['principal_kind']}:{grant_row['principal_id']}" not in served:
+            _revoke_row(conn, caller, instance, grant_row["id"], reason)
+            revoked.append(str(grant_row["id"]))
+    return revoked
 
 
 def _remove_contributed(conn: psycopg.Connection, settings: OperationSettings, caller: Principal, instance: dict,
@@ -266,14 +342,13 @@ def grant(conn: psycopg.Connection, settings: OperationSettings, caller: Princip
                              (principal_id, instance["tenant_id"])).fetchone()
     if principal is None:
         raise not_found(principal_kind, principal_id)
-    identities = access.access_map(conn, instance)["identities"]
-    own = next((i for i in identities if i["principal"] == f"{principal_kind}:{principal_id}"), None)
-    if own is None:
+    own = access.accounts_of(conn, instance, principal_kind, principal_id)
+    if not own:
         raise unprocessable("principal_not_served", "the principal may submit jobs in no project attached to this "
                             "runtime; a grant extends a principal's use of the runtime, it does not start it",
                             principal_id=str(principal_id))
     account = access.account_name(projects[target_project_id])
-    if account in own["accounts"]:
+    if account in own:
         raise conflict("already_allowed", f"the principal may already submit into {account}", account=account)
     row = conn.execute(
         """INSERT INTO submit_grants (instance_id, principal_kind, principal_id, target_project_id, reason, created_by)
@@ -282,24 +357,39 @@ def grant(conn: psycopg.Connection, settings: OperationSettings, caller: Princip
     view = _grant_view(conn, row["id"])
     audit.append_event(conn, instance, "apps.instance.submit_granted", _grant_payload(view))
     audit.record(conn, caller, "apps.shared_runtime.grant", "submit_grant", row["id"], after=_grant_payload(view),
-                 reason=reason, context=audit.instance_context(instance))
+                 reason=reason, context=_context(instance, target_project_id))
     view["operation_ids"] = access.queue_sync(conn, settings, caller, instance_id=instance_id,
                                               reason=f"submit grant into {account}")
     return view
 
 
-def revoke(conn: psycopg.Connection, settings: OperationSettings, caller: Principal, instance_id: UUID,
-           grant_id: UUID) -> dict:
-    instance = _shared_instance(conn, caller, instance_id, manage=True)
+def revoke(db: Database, settings: OperationSettings, caller: Principal, instance_id: UUID, grant_id: UUID) -> dict:
+    """Revoke a grant: refused while a job runs under the association it adds (the runtime would cancel it)."""
+    with db.transaction() as conn:
+        instance = _changeable(conn, caller, instance_id)
+        live = conn.execute("SELECT id FROM submit_grants WHERE id = %s AND instance_id = %s AND revoked_at IS NULL",
+                            (grant_id, instance_id)).fetchone()
+        if live is None:
+            raise not_found("submit_grant", grant_id)
+        lost = _lost_associations(conn, instance, lambda: conn.execute(
+            "UPDATE submit_grants SET revoked_at = now() WHERE id = %s", (grant_id,)))
+        gw = _serving_gateway(conn, settings, instance)
+    _refuse_jobs(gw, lost, "grant_has_jobs", "revoking this grant")
+    with db.transaction() as conn:
+        instance = instances.get_instance(conn, instance_id, lock=True)
+        _revoke_row(conn, caller, instance, grant_id, "revoked")
+        view = _grant_view(conn, grant_id)
+        view["operation_ids"] = access.queue_sync(conn, settings, caller, instance_id=instance_id,
+                                                  reason=f"submit grant into {view['account']} revoked")
+    return view
+
+
+def _revoke_row(conn: psycopg.Connection, caller: Principal, instance: dict, grant_id: UUID, reason: str) -> None:
     row = conn.execute("""UPDATE submit_grants SET revoked_by = %s, revoked_at = now()
-                           WHERE id = %s AND instance_id = %s AND revoked_at IS NULL RETURNING id""",
-                       (caller.id, grant_id, instance_id)).fetchone()
+                           WHERE id = %s AND revoked_at IS NULL RETURNING id""", (caller.id, grant_id)).fetchone()
     if row is None:
-        raise not_found("submit_grant", grant_id)
+        raise conflict("already_revoked", "the grant was revoked meanwhile", grant_id=str(grant_id))
     view = _grant_view(conn, grant_id)
     audit.append_event(conn, instance, "apps.instance.submit_revoked", _grant_payload(view))
-    audit.record(conn, caller, "apps.shared_runtime.revoke", "submit_grant", grant_id,
-                 before=_grant_payload(view), after={"revoked": True}, context=audit.instance_context(instance))
-    view["operation_ids"] = access.queue_sync(conn, settings, caller, instance_id=instance_id,
-                                              reason=f"submit grant into {view['account']} revoked")
-    return view
+    audit.record(conn, caller, "apps.shared_runtime.revoke", "submit_grant", grant_id, before=_grant_payload(view),
+                 after={"revoked": True}, reason=reason, context=_context(instance, view["target_project_id"]))
