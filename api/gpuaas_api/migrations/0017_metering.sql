@@ -20,7 +20,7 @@ CREATE TABLE usage_records (
     node_name         text,
     bucket_start      timestamptz,
     seconds           integer CHECK (seconds BETWEEN 0 AND 3600),
-    -- job: one row per allocation, keyed by instance, job id and submit time (Slurm may reuse an id after it lost
+    -- job: one row per allocation, keyed by instance, job id and submit time (a runtime may reuse an id after it lost
     -- its state)
     job_id            text,
     submit_time       timestamptz,
