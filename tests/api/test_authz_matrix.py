@@ -21,8 +21,14 @@ from gpuaas_api import db as dbmod
 from gpuaas_api.app import create_app
 from gpuaas_api.config import OperationSettings
 from gpuaas_api.content.store import embedded_store
-from gpuaas_api.secrets import service as secrets
-from operations.helpers import CREDENTIAL, TEST_APP, point_credential, publish_test_app, use_local_connection
+from operations.helpers import (
+    CREDENTIAL,
+    TEST_APP,
+    point_credential,
+    publish_test_app,
+    running_with_scheduler_key,
+    use_local_connection,
+)
 from operations.toy_scheduler import ToyScheduler, point_at
 
 from .world import ACTORS, DIGEST, SLURM_ADAPTER, SLURM_COMPAT, World, create_instance, register_allocation
@@ -186,12 +192,7 @@ class Ctx:
             instance = self.w.call(PADM, "POST", f"/v1/projects/{self.ids['project_a1']}/instances", 201, json={
                 "name": uniq("sched"), "app_slug": TEST_APP, "allocation_ids": [self.ids[self.fresh_allocation()]],
                 "topology": [{"role": "controller", "count": 1}, {"role": "worker", "count": 2}]}).json()
-            self.sql("UPDATE app_instances SET status = 'running' WHERE id = %s RETURNING id", (instance["id"],))
-            self.sql("UPDATE app_instance_members SET status = 'active' WHERE instance_id = %s RETURNING id",
-                     (instance["id"],))
-            with self.database.transaction() as conn:
-                secrets.ensure(conn, self.settings, instance["id"], {"scheduler_key": {"kind": "token", "size": 32}})
-                key = secrets.load(conn, self.settings, instance["id"])["scheduler_key"]
+            key = running_with_scheduler_key(self, instance["id"])
             self.toy = ToyScheduler(key, instance["id"], nodes=["n1", "n2"]).__enter__()
             point_at(self.sql, instance["id"], self.toy.port)
             self.ids["scheduler_instance"] = instance["id"]
@@ -205,12 +206,7 @@ class Ctx:
                 "name": uniq("shared"), "app_slug": TEST_APP, "allocation_ids": [self.ids[self.fresh_allocation()]],
                 "control_plane_scope": "tenant",
                 "topology": [{"role": "controller", "count": 1}, {"role": "worker", "count": 1}]}).json()
-            self.sql("UPDATE app_instances SET status = 'running' WHERE id = %s RETURNING id", (instance["id"],))
-            self.sql("UPDATE app_instance_members SET status = 'active' WHERE instance_id = %s RETURNING id",
-                     (instance["id"],))
-            with self.database.transaction() as conn:
-                secrets.ensure(conn, self.settings, instance["id"], {"scheduler_key": {"kind": "token", "size": 32}})
-                key = secrets.load(conn, self.settings, instance["id"])["scheduler_key"]
+            key = running_with_scheduler_key(self, instance["id"])
             self.shared_toy = ToyScheduler(key, instance["id"], nodes=["n1"]).__enter__()
             point_at(self.sql, instance["id"], self.shared_toy.port)
             self.ids["shared_instance"] = instance["id"]

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import json
 
-from operations.helpers import TEST_APP
+from operations.helpers import TEST_APP, running_with_scheduler_key
 from operations.toy_scheduler import ToyScheduler, point_at
 
 from cli import conftest as cli_fixtures
@@ -21,8 +21,6 @@ TA = "tenant_admin"
 
 
 def test_a_tenant_admin_attaches_grants_and_reads_the_split_and_the_drift(ops, cli):
-    from gpuaas_api.secrets import service as secrets
-
     ta = ops.w.tokens[TA]
     ops.w.call("platform_admin", "POST", f"/v1/projects/{ops.ids['project_a2']}/entitlements", 201,
                json={"app_slug": TEST_APP})
@@ -30,11 +28,7 @@ def test_a_tenant_admin_attaches_grants_and_reads_the_split_and_the_drift(ops, c
         "name": "shared", "app_slug": TEST_APP, "allocation_ids": [ops.ids["alloc_ops"]],
         "control_plane_scope": "tenant", "attachable_project_ids": [ops.ids["project_a2"]],
         "topology": [{"role": "controller", "count": 1}, {"role": "worker", "count": 1}]}).json()
-    ops.sql("UPDATE app_instances SET status = 'running' WHERE id = %s RETURNING id", (instance["id"],))
-    ops.sql("UPDATE app_instance_members SET status = 'active' WHERE instance_id = %s RETURNING id", (instance["id"],))
-    with ops.database.transaction() as conn:
-        secrets.ensure(conn, ops.settings, instance["id"], {"scheduler_key": {"kind": "token", "size": 32}})
-        key = secrets.load(conn, ops.settings, instance["id"])["scheduler_key"]
+    key = running_with_scheduler_key(ops, instance["id"])
 
     # The runtime's gateway is a toy one: a revoke asks it for the jobs it would end, the drift for its accounting.
     with ToyScheduler(key, instance["id"], nodes=["n1"]) as toy:

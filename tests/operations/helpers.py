@@ -136,6 +136,19 @@ def instance_secrets(ops, instance_id: str) -> dict[str, str]:
         return secrets.load(conn, ops.settings, instance_id)
 
 
+def running_with_scheduler_key(ops, instance_id: str) -> str:
+    """Marks the instance running with its members active (no run: the tests that use it drive its toy scheduler,
+    not its hosts) and returns its scheduler key, made as a deploy makes it. `ops`: anything with sql, database and
+    settings (the operations world, the authorization matrix's context)."""
+    from gpuaas_api.secrets import service as secrets
+
+    ops.sql("UPDATE app_instances SET status = 'running' WHERE id = %s RETURNING id", (instance_id,))
+    ops.sql("UPDATE app_instance_members SET status = 'active' WHERE instance_id = %s RETURNING id", (instance_id,))
+    with ops.database.transaction() as conn:
+        secrets.ensure(conn, ops.settings, instance_id, {"scheduler_key": {"kind": "token", "size": 32}})
+        return secrets.load(conn, ops.settings, instance_id)["scheduler_key"]
+
+
 @contextlib.contextmanager
 def serving(app) -> Iterator[str]:
     """The app over real HTTP on a free loopback port (uvicorn in a thread); yields its base URL."""

@@ -11,7 +11,7 @@ import pytest
 from cryptography.hazmat.primitives import serialization
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 
-from .helpers import make_instance, wait_for, wait_op
+from .helpers import make_instance, running_with_scheduler_key, wait_for, wait_op
 from .toy_scheduler import ToyScheduler, point_at
 
 SA, PM, PADM, TA = "service_account", "project_member", "project_admin", "tenant_admin"
@@ -94,14 +94,8 @@ def test_ssh_keys_are_checked_and_kept_as_one_canonical_line(ops):
 @pytest.fixture
 def toy_instance(ops):
     """A running test-app instance served by a toy scheduler (its key is the instance's own secret)."""
-    from gpuaas_api.secrets import service as secrets
-
     instance, _ = make_instance(ops, "jobs")
-    ops.sql("UPDATE app_instances SET status = 'running' WHERE id = %s RETURNING id", (instance["id"],))
-    ops.sql("UPDATE app_instance_members SET status = 'active' WHERE instance_id = %s RETURNING id", (instance["id"],))
-    with ops.database.transaction() as conn:
-        secrets.ensure(conn, ops.settings, instance["id"], {"scheduler_key": {"kind": "token", "size": 32}})
-        key = secrets.load(conn, ops.settings, instance["id"])["scheduler_key"]
+    key = running_with_scheduler_key(ops, instance["id"])
     with ToyScheduler(key, instance["id"], nodes=["n1", "n2"]) as toy:
         point_at(ops.sql, instance["id"], toy.port)
         yield instance["id"], toy

@@ -9,7 +9,7 @@ import pytest
 from api.world import register_allocation
 from gpuaas_api.access.service import compare
 
-from .helpers import TEST_APP
+from .helpers import TEST_APP, running_with_scheduler_key
 from .toy_scheduler import ToyScheduler, point_at
 
 SA, OSA, PADM, OPADM, TA = "service_account", "other_service_account", "project_admin", "other_project_admin", \
@@ -30,8 +30,6 @@ def identities(ops, iid: str) -> dict[str, list[str]]:
 @pytest.fixture
 def shared(ops):
     """A running shared runtime owned by project A1, project A2 on its allowlist, served by a toy scheduler."""
-    from gpuaas_api.secrets import service as secrets
-
     ops.w.call("platform_admin", "POST", f"/v1/projects/{ops.ids['project_a2']}/entitlements", 201,
                json={"app_slug": TEST_APP})
     body = {"name": "shared", "app_slug": TEST_APP, "allocation_ids": [ops.ids["alloc_ops"]],
@@ -39,11 +37,7 @@ def shared(ops):
             "topology": [{"role": "controller", "count": 1}, {"role": "worker", "count": 1}]}
     ops.w.call(PADM, "POST", f"/v1/projects/{ops.ids['project_a1']}/instances", 403, json=body)
     instance = ops.w.call(TA, "POST", f"/v1/projects/{ops.ids['project_a1']}/instances", 201, json=body).json()
-    ops.sql("UPDATE app_instances SET status = 'running' WHERE id = %s RETURNING id", (instance["id"],))
-    ops.sql("UPDATE app_instance_members SET status = 'active' WHERE instance_id = %s RETURNING id", (instance["id"],))
-    with ops.database.transaction() as conn:
-        secrets.ensure(conn, ops.settings, instance["id"], {"scheduler_key": {"kind": "token", "size": 32}})
-        key = secrets.load(conn, ops.settings, instance["id"])["scheduler_key"]
+    key = running_with_scheduler_key(ops, instance["id"])
     with ToyScheduler(key, instance["id"], nodes=["n1"]) as toy:
         point_at(ops.sql, instance["id"], toy.port)
         yield instance["id"], toy
