@@ -714,19 +714,27 @@ def probe_once(podman, probe, container):
     return answer["ok"], "%s: %s" % (answer["target"], answer["answer"])
 
 
+# The first looks of a readiness wait come sooner than the probe's interval: a container that was just started
+# usually answers within a fraction of a second, and a local look costs next to nothing.
+FIRST_LOOK_DELAY = 0.05
+
+
 def wait_ready(podman, probe, container, deadline=None, clock=time.monotonic, sleep=time.sleep):
     """Probe until ready or ``deadline`` (seconds; the probe's own by default) runs out: (ok, attempts,
-    seconds, detail of the last look)."""
+    seconds, detail of the last look). The delay between looks starts at FIRST_LOOK_DELAY and doubles up to
+    the probe's interval."""
     limit = probe["deadline"] if deadline is None else deadline
     started = clock()
     attempts = 0
+    delay = min(FIRST_LOOK_DELAY, probe["interval"])
     while True:
         attempts += 1
         ok, detail = probe_once(podman, probe, container)
         elapsed = clock() - started
-        if ok or elapsed + probe["interval"] > limit:
+        if ok or elapsed + delay > limit:
             return ok, attempts, elapsed, detail
-        sleep(probe["interval"])
+        sleep(delay)
+        delay = min(delay * 2, probe["interval"])
 
 
 # ---- health: what one replica looks like now -------------------------------------------------------

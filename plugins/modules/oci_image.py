@@ -125,82 +125,9 @@ removed:
   sample: false
 """
 
-import os  # noqa: E402 - Ansible modules import after their documentation
-
-from ansible.module_utils.basic import AnsibleModule  # noqa: E402
-from ansible_collections.gpuaas.apps.plugins.module_utils.files import write_file  # noqa: E402
-from ansible_collections.gpuaas.apps.plugins.module_utils.oci import (  # noqa: E402
-    PODMAN_MISSING,
-    OciError,
-    Podman,
-    auth_file_text,
-    check_name,
-    parse_reference,
-    read_json,
-    record_path,
-    record_text,
-    remember_image,
-    scope_for,
-)
-
-
-def pull_failure(reference, stderr, policy_path):
-    """A message for a failed pull that says which of the usual causes it was."""
-    detail = (stderr or "").strip().splitlines()
-    detail = detail[-1] if detail else "no output"
-    text = stderr or ""
-    if "sigstore disabled" in text:
-        return ("podman on this host cannot verify sigstore signatures (Debian 12's podman has them patched out), so "
-                "the trust policy %s refuses every image it requires them for, %s too: run signed workloads on hosts "
-                "whose podman verifies them (Debian 13), or accept unsigned images explicitly (oci_trust_unsigned): %s"
-                % (policy_path, reference, detail))
-    if "Source image rejected" in text or "signature" in text.lower():
-        policy = read_json(policy_path) or {}
-        scope = scope_for(policy, reference)
-        where = "transports.docker[%r]" % scope if scope != "default" else "its default"
-        return ("the trust policy %s (%s) refused image %s: %s" % (policy_path, where, reference, detail))
-    if "unauthorized" in text or "authentication required" in text or "401" in text:
-        return "registry %s refused to serve image %s without valid credentials: %s" % (
-            reference.registry, reference, detail)
-    if "manifest unknown" in text:
-        return "registry %s has no image %s (manifest unknown)" % (reference.registry, reference)
-    return "pulling image %s failed: %s" % (reference, detail)
-
-
-def pull(module, podman, reference):
-    """podman pull, with the credentials in an auth file that exists only for the pull."""
-    auth = module.params["auth"]
-    args = ["pull", "--quiet", str(reference)]
-    auth_path = None
-    try:
-        if auth:
-            name = module.params["service"] or "pull"
-            auth_path = os.path.join(module.params["auth_dir"], "gpuaas-oci-auth-%s.json" % name)
-            if os.path.lexists(auth_path):
-                os.unlink(auth_path)  # a leftover of an interrupted run
-            fd = os.open(auth_path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
-            with os.fdopen(fd, "w") as f:
-                f.write(auth_file_text(auth["registry"], auth["username"], auth["password"]))
-            args[1:1] = ["--authfile", auth_path]
-        rc, out, err = podman.run(args, check=False)
-    finally:
-        if auth_path and os.path.lexists(auth_path):
-            os.unlink(auth_path)
-    if rc != 0:
-        raise OciError(pull_failure(reference, err or out, module.params["policy_path"]))
-
-
-def record_pull(module, reference):
-    """Add the image to its workload's record; True when the record changed."""
-    name = module.params["service"]
-    path = record_path(name)
-    record = read_json(path) or {"name": name, "images": []}
-    if str(reference) in record.get("images", []):
-        return False
-    record["images"] = remember_image(record.get("images"), str(reference))
-    if not module.check_mode:
-        write_file(path, record_text(record), 0o644)
-    return True
+from ansible.module_utils.basic import AnsibleModule  # noqa: E402 - Ansible modules import after their documentation
+from ansible_collections.gpuaas.apps.plugins.module_utils.oci import OciError, Podman, check_name, parse_reference  # noqa: E402
+from ansible_collections.gpuaas.apps.plugins.module_utils.oci_steps import image  # noqa: E402
 
 
 def main():
@@ -226,48 +153,11 @@ def main():
         reference = parse_reference(params["name"])
         if params["service"]:
             check_name(params["service"])
-        auth = params["auth"]
-        if auth and not (str(reference).startswith(auth["registry"].rstrip("/") + "/")):
-            raise OciError("the credentials are for registry %s, but image %s is in %s"
-                           % (auth["registry"], reference, reference.registry))
-        podman = Podman(module)
-        if podman.available():
-            before = podman.image(reference)
-        elif module.check_mode:
-            module.warn("podman is not installed yet")
-            before = None
-        else:
-            raise OciError(PODMAN_MISSING)
-        result = dict(image=str(reference), repository=reference.name, digest=reference.digest, pulled=False,
-                      removed=False)
-        recorded = None  # (before, after): whether the workload's record lists the image
-        if params["state"] == "present":
-            changed = before is None
-            if changed and not module.check_mode:
-                pull(module, podman, reference)
-                result["pulled"] = True
-            after = podman.image(reference) if not module.check_mode else before
-            if after:
-                result["id"] = after.get("Id")
-            if params["service"]:
-                added = record_pull(module, reference)
-                changed = added or changed
-                recorded = (not added, True)
-        else:
-            changed = before is not None
-            if changed and not module.check_mode:
-                rc, out, err = podman.run(["rmi", str(reference)], check=False)
-                if rc != 0 and "image not known" not in (err or ""):
-                    raise OciError("removing image %s failed: %s" % (reference, (err or out).strip()))
-                result["removed"] = True
-        result["changed"] = changed
-        result["diff"] = dict(before={"image": str(reference), "present": before is not None},
-                              after={"image": str(reference), "present": params["state"] == "present"})
-        if recorded:  # a change of the record alone must show in the diff too
-            result["diff"]["before"]["recorded"], result["diff"]["after"]["recorded"] = recorded
-        module.exit_json(**result)
+        result = image(module, Podman(module), reference, params["state"], params["auth"], params["auth_dir"],
+                       params["service"], params["policy_path"], module.check_mode)
     except OciError as error:
         module.fail_json(msg=str(error))
+    module.exit_json(**result)
 
 
 if __name__ == "__main__":

@@ -92,14 +92,11 @@ from ansible_collections.gpuaas.apps.plugins.module_utils.oci import (  # noqa: 
     OciError,
     Podman,
     check_name,
-    container_name,
     normalize_probe,
     read_json,
     record_path,
-    unit_journal,
-    unit_name,
-    wait_ready,
 )
+from ansible_collections.gpuaas.apps.plugins.module_utils.oci_steps import StepFailed, wait  # noqa: E402
 
 
 def main():
@@ -127,16 +124,9 @@ def main():
         if module.check_mode:
             module.exit_json(changed=False, ready=False, attempts=0, seconds=0.0, detail="check mode: not probed",
                              probe=probe)
-        ready, attempts, seconds, detail = wait_ready(Podman(module), probe, container_name(name), params["deadline"])
-        result = dict(changed=False, ready=ready, attempts=attempts, seconds=round(seconds, 2), detail=detail,
-                      probe=probe)
-        if not ready:
-            limit = probe["deadline"] if params["deadline"] is None else params["deadline"]
-            log = unit_journal(module, unit_name(name))
-            module.fail_json(msg="workload %s was not ready within %gs (%d probes); last: %s%s"
-                             % (name, limit, attempts, detail, ("\nlast log lines of %s:\n%s" % (unit_name(name), log))
-                                if log else ""), **result)
-        module.exit_json(**result)
+        module.exit_json(changed=False, **wait(module, Podman(module), name, probe, params["deadline"]))
+    except StepFailed as error:
+        module.fail_json(msg=str(error), **error.result)
     except OciError as error:
         module.fail_json(msg=str(error))
 

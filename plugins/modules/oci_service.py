@@ -41,118 +41,12 @@ options:
   image:
     description: The image, by digest (C(registry/repository@sha256:<64 hex>)). Required for V(started).
     type: str
-  command:
-    description: Arguments given to the image's entrypoint (replacing its default command).
-    type: list
-    elements: str
-    default: []
-  env:
-    description: Environment variables of the container.
-    type: dict
-    default: {}
-  network:
-    description:
-      - V(bridge) puts the container on podman's default network and publishes O(ports).
-      - V(host) shares the host's network; the container listens on the host's ports itself and O(ports) are not
-        published.
-    type: str
-    choices: [bridge, host]
-    default: bridge
-  ports:
-    description: Ports published on the host (V(bridge) network only).
-    type: list
-    elements: dict
-    default: []
-    suboptions:
-      host_port:
-        description: Port on the host (default the container port).
-        type: int
-      container_port:
-        description: Port in the container (default the host port).
-        type: int
-      protocol:
-        description: V(tcp) or V(udp).
-        type: str
-        default: tcp
-      host_ip:
-        description: Host address to bind (default every address).
-        type: str
-  volumes:
-    description: Bind mounts of host directories or files, which must exist.
-    type: list
-    elements: dict
-    default: []
-    suboptions:
-      source:
-        description: Absolute path on the host.
-        type: path
-        required: true
-      target:
-        description: Absolute path in the container.
-        type: str
-        required: true
-      read_only:
-        description: Mount read-only.
-        type: bool
-        default: false
-  cpus:
-    description: CPU limit (number of CPUs, may be fractional). Enforced only with O(cgroups=true).
-    type: float
-  memory:
-    description: Memory limit (C(512m), C(4g), ...). Enforced only with O(cgroups=true).
-    type: str
-  cgroups:
-    description:
-      - Whether the host gives containers cgroups (production hosts do). V(true) runs the container with
-        C(--cgroups=no-conmon) and the O(cpus) and O(memory) limits.
-      - V(false) is for hosts without cgroups for containers (such as test hosts that are themselves
-        containers), with C(--cgroups=disabled) and without the limits (a warning says so).
-    type: bool
-    default: true
-  restart:
-    description: systemd's C(Restart=) for the unit.
-    type: str
-    choices: ["no", on-failure, always]
-    default: on-failure
-  restart_sec:
-    description: Seconds systemd waits before a restart.
-    type: int
-    default: 5
-  stop_timeout:
-    description: Seconds the container gets to stop before it is killed.
-    type: int
-    default: 10
-  gpus:
-    description:
-      - V(auto) gives the container every GPU (CDI device C(nvidia.com/gpu=all)) when a CDI spec under
-        C(/etc/cdi) or C(/var/run/cdi) declares it and O(devices) names no GPU; V(none) never adds it.
-    type: str
-    choices: [auto, none]
-    default: auto
-  devices:
-    description: Devices for the container, CDI names (C(nvidia.com/gpu=0)) or paths under C(/dev).
-    type: list
-    elements: str
-    default: []
-  probe:
-    description:
-      - The readiness and health probe, kept in the record for M(gpuaas.apps.oci_probe) and
-        M(gpuaas.apps.oci_info). Keys C(type) (V(http), V(tcp), V(command), V(none)), C(port), C(path),
-        C(host), C(status) ([lowest, highest]), C(command) (argv run in the container), C(timeout),
-        C(interval), C(deadline) (seconds).
-    type: dict
-    default: {}
-  keep_images:
-    description:
-      - How many of the images that ran before to keep on the host (for a fast rollback). Older ones, and images
-        pulled for the workload that never ran (a refused start), are removed.
-    type: int
-    default: 1
 notes:
   - Supports check mode and diff mode (the unit, the environment with its values hidden, and the record).
   - Runs rootful podman 4.3 (Debian 12) under systemd.
 extends_documentation_fragment:
   - gpuaas.apps.attributes.check_and_diff
+  - gpuaas.apps.oci_service_options
 """
 
 EXAMPLES = r"""
@@ -215,231 +109,9 @@ removed:
   sample: [unit gpuaas-oci-web.service, container gpuaas-oci-web]
 """
 
-import contextlib  # noqa: E402 - Ansible modules import after their documentation
-import hashlib  # noqa: E402
-import os  # noqa: E402
-
-from ansible.module_utils.basic import AnsibleModule  # noqa: E402
-from ansible_collections.gpuaas.apps.plugins.module_utils.files import read_text, remove_file, write_file  # noqa: E402
-from ansible_collections.gpuaas.apps.plugins.module_utils.oci import (  # noqa: E402
-    ENV_DIR,
-    PODMAN_MISSING,
-    RECORD_DIR,
-    UNIT_DIR,
-    OciError,
-    Podman,
-    cdi_devices,
-    check_devices,
-    check_memory,
-    check_name,
-    container_name,
-    env_file_text,
-    env_path,
-    normalize_ports,
-    normalize_probe,
-    normalize_volumes,
-    parse_reference,
-    read_json,
-    record_path,
-    record_text,
-    plan_images,
-    resolve_devices,
-    unit_journal,
-    unit_name,
-    unit_text,
-)
-
-
-class Systemd:
-    def __init__(self, module):
-        self.module = module
-        self.bin = module.get_bin_path("systemctl", required=True)
-
-    def run(self, *args, **kw):
-        return self.module.run_command([self.bin] + list(args), check_rc=kw.get("check", True))
-
-    def active(self, unit):
-        return self.run("is-active", "--quiet", unit, check=False)[0] == 0
-
-    def enabled(self, unit):
-        return self.run("is-enabled", "--quiet", unit, check=False)[0] == 0
-
-
-def hidden_env(text):
-    """The environment file with each value replaced by a short hash, for diffs."""
-    lines = []
-    for line in (text or "").splitlines():
-        key, sep, value = line.partition("=")
-        if sep and not line.startswith("#"):
-            line = "%s=(sha256 %s)" % (key, hashlib.sha256(value.encode("utf-8")).hexdigest()[:12])
-        lines.append(line)
-    return "\n".join(lines) + ("\n" if lines else "")
-
-
-def build_spec(module, podman_path):
-    """The checked request: everything the unit, environment file and record are made of."""
-    p = module.params
-    name = check_name(p["name"])
-    if not p["image"]:
-        raise OciError("state=started needs image (registry/repository@sha256:...)")
-    image = parse_reference(p["image"])
-    for arg in p["command"]:
-        if "\n" in arg or "\0" in arg:
-            raise OciError("command arguments must be single lines")
-    volumes = normalize_volumes(p["volumes"])
-    for v in volumes:
-        if not os.path.exists(v["source"]):
-            raise OciError("volume source %s does not exist on this host" % v["source"])
-    available = cdi_devices()
-    for device in check_devices(p["devices"]):
-        if device.startswith("/dev/"):
-            if not os.path.exists(device):
-                raise OciError("device %s does not exist on this host" % device)
-        elif device not in available:
-            raise OciError("device %s: no CDI spec under /etc/cdi or /var/run/cdi declares it (found: %s)"
-                           % (device, ", ".join(sorted(available)) or "none"))
-    if p["keep_images"] < 0 or p["stop_timeout"] < 0 or p["restart_sec"] < 0:
-        raise OciError("keep_images, stop_timeout and restart_sec must not be negative")
-    if p["cpus"] is not None and p["cpus"] <= 0:
-        raise OciError("cpus must be positive")
-    spec = dict(
-        name=name, image=str(image), command=list(p["command"]), network=p["network"],
-        ports=normalize_ports(p["ports"]), volumes=volumes, cpus=p["cpus"], memory=check_memory(p["memory"]),
-        cgroups=p["cgroups"], restart=p["restart"], restart_sec=p["restart_sec"], stop_timeout=p["stop_timeout"],
-        devices=resolve_devices(p["devices"], p["gpus"], available), env_file=env_path(name, ENV_DIR),
-    )
-    return spec, env_file_text(p["env"]), normalize_probe(p["probe"]), unit_text(spec, podman_path)
-
-
-def retire(podman, images, warnings):
-    """Remove images; those still in use by a container stay (and stay recorded)."""
-    removed, kept = [], []
-    for image in images:
-        rc, out, err = podman.run(["rmi", image], check=False)
-        if rc == 0 or "image not known" in (err or ""):
-            removed.append(image)
-        else:
-            kept.append(image)
-            warnings.append("image %s stays: %s" % (image, (err or out).strip()))
-    return removed, kept
-
-
-def started(module, podman, systemd):
-    p = module.params
-    name = p["name"]
-    have_podman = podman.available()
-    if not have_podman and not module.check_mode:
-        raise OciError(PODMAN_MISSING)
-    if not have_podman:
-        module.warn("podman is not installed yet")
-    podman_path = podman.path if have_podman else "/usr/bin/podman"
-    spec, env_text, probe, unit = build_spec(module, podman_path)
-    unit_path = os.path.join(UNIT_DIR, unit_name(name))
-    path_env, path_record = spec["env_file"], record_path(name, RECORD_DIR)
-    # In check mode (the playbooks' check before they pull) a missing image is what the pull will bring.
-    if have_podman and not module.check_mode and podman.image(spec["image"]) is None:
-        raise OciError("image %s is not on this host: pull it first (gpuaas.apps.oci_image); the unit never "
-                       "pulls" % spec["image"])
-
-    old_record = read_json(path_record) or {}
-    images, previous, retiring = plan_images(old_record, spec["image"], p["keep_images"])
-    record = {"name": name, "unit": unit_name(name), "container": container_name(name), "image": spec["image"],
-              "images": images, "previous": previous, "probe": probe}
-    old_unit, old_env = read_text(unit_path), read_text(path_env)
-    unit_changed, env_changed = unit != old_unit, env_text != old_env
-    record_changed = record_text(record) != record_text(old_record) if old_record else True
-    running = have_podman and systemd.active(unit_name(name))
-    enabled = systemd.enabled(unit_name(name)) if old_unit is not None else False
-    restart = unit_changed or env_changed or not running
-    warnings = []
-    if not spec["cgroups"] and (spec["cpus"] or spec["memory"]):
-        warnings.append("cgroups=false: the cpus/memory limits are not applied on this host")
-
-    result = dict(unit=unit_name(name), container=container_name(name), image=spec["image"],
-                  devices=spec["devices"], restarted=False, retired_images=[])
-    result["diff"] = [
-        dict(before_header=unit_path, after_header=unit_path, before=old_unit or "", after=unit),
-        dict(before_header=path_env, after_header=path_env, before=hidden_env(old_env), after=hidden_env(env_text)),
-        dict(before_header=path_record, after_header=path_record,
-             before=record_text(old_record) if old_record else "", after=record_text(record)),
-    ]
-    changed = unit_changed or env_changed or record_changed or restart or not enabled or bool(retiring)
-    if module.check_mode:
-        result["retired_images"] = retiring
-        result["restarted"] = restart
-        for w in warnings:
-            module.warn(w)
-        module.exit_json(changed=changed, **result)
-
-    # The record first: an image is tracked (and torn down later) even when its start fails.
-    if record_changed:
-        write_file(path_record, record_text(record), 0o644)
-    if env_changed:
-        write_file(path_env, env_text, 0o600)
-    if unit_changed:
-        write_file(unit_path, unit, 0o644)
-        systemd.run("daemon-reload")
-    if not enabled:
-        systemd.run("enable", unit_name(name))
-    if restart:
-        rc, out, err = systemd.run("restart", unit_name(name), check=False)
-        if rc != 0 or not systemd.active(unit_name(name)):
-            raise OciError("%s did not start: %s\n%s" % (unit_name(name), (err or out).strip(),
-                                                         unit_journal(module, unit_name(name))))
-        result["restarted"] = True
-    if retiring:
-        removed, kept = retire(podman, retiring, warnings)
-        result["retired_images"] = removed
-        if kept:
-            record["images"] = images + kept
-            write_file(path_record, record_text(record), 0o644)
-    for w in warnings:
-        module.warn(w)
-    module.exit_json(changed=changed, **result)
-
-
-def absent(module, podman, systemd):
-    name = check_name(module.params["name"])
-    unit = unit_name(name)
-    unit_path = os.path.join(UNIT_DIR, unit)
-    path_env, path_record = env_path(name, ENV_DIR), record_path(name, RECORD_DIR)
-    record = read_json(path_record) or {}
-    images = list(record.get("images") or [])
-    if record.get("image") and record["image"] not in images:
-        images.append(record["image"])
-    if module.params["image"]:
-        images.append(str(parse_reference(module.params["image"])))
-    have_podman = podman.available()
-    container = podman.container(container_name(name)) if have_podman else None
-    present_images = [i for i in images if have_podman and podman.image(i) is not None]
-    unit_known = os.path.exists(unit_path) or systemd.active(unit) or systemd.enabled(unit)
-    files = [f for f in (unit_path, path_env, path_record) if os.path.lexists(f)]
-    removed = ["unit %s" % unit] if unit_known else []
-    removed += ["container %s" % container_name(name)] if container else []
-    removed += ["image %s" % i for i in present_images] + ["file %s" % f for f in files]
-    result = dict(unit=unit, container=container_name(name), restarted=False, removed=removed,
-                  retired_images=present_images)
-    result["diff"] = dict(before="\n".join(removed) + ("\n" if removed else ""), after="")
-    if module.check_mode or not removed:
-        module.exit_json(changed=bool(removed), **result)
-    if unit_known:
-        systemd.run("disable", "--now", unit, check=False)
-    if container:
-        # Stopping the unit removes it already (ExecStopPost); this catches one started outside the unit.
-        podman.run(["rm", "--force", "--ignore", "--time", str(module.params["stop_timeout"]), container_name(name)])
-    for f in files:
-        remove_file(f)
-    if unit_known:
-        systemd.run("daemon-reload")
-        systemd.run("reset-failed", unit, check=False)
-    warnings = []
-    gone, kept = retire(podman, present_images, warnings) if present_images else ([], [])
-    if kept:
-        module.fail_json(msg="could not remove images: %s" % "; ".join(warnings), **result)
-    for directory in (ENV_DIR, RECORD_DIR):
-        with contextlib.suppress(OSError):
-            os.rmdir(directory)  # only when empty: other workloads keep theirs
-    module.exit_json(changed=True, **result)
+from ansible.module_utils.basic import AnsibleModule  # noqa: E402 - Ansible modules import after their documentation
+from ansible_collections.gpuaas.apps.plugins.module_utils.oci import OciError, Podman  # noqa: E402
+from ansible_collections.gpuaas.apps.plugins.module_utils.oci_steps import Systemd, StepFailed, remove, start  # noqa: E402
 
 
 def main():
@@ -471,14 +143,20 @@ def main():
         required_if=[("state", "started", ["image"])],
         supports_check_mode=True,
     )
+    params = module.params
     try:
         podman, systemd = Podman(module), Systemd(module)
-        if module.params["state"] == "started":
-            started(module, podman, systemd)
+        if params["state"] == "started":
+            result = start(module, podman, systemd, params, module.check_mode)
         else:
-            absent(module, podman, systemd)
+            result = remove(podman, systemd, params["name"], params["image"], params["stop_timeout"], module.check_mode)
+    except StepFailed as error:
+        module.fail_json(msg=str(error), **error.result)
     except OciError as error:
         module.fail_json(msg=str(error))
+    for warning in result.pop("warnings", []):
+        module.warn(warning)
+    module.exit_json(**result)
 
 
 if __name__ == "__main__":

@@ -123,42 +123,9 @@ files:
   sample: [/etc/containers/registries.d/gpuaas-web.yaml]
 """
 
-import glob  # noqa: E402 - Ansible modules import after their documentation
-import json  # noqa: E402
-import os  # noqa: E402
-
-from ansible.module_utils.basic import AnsibleModule  # noqa: E402
-from ansible_collections.gpuaas.apps.plugins.module_utils.files import read_text, remove_file, write_file  # noqa: E402
-from ansible_collections.gpuaas.apps.plugins.module_utils.oci import (  # noqa: E402
-    OciError,
-    check_name,
-    check_scope,
-    docker_scopes,
-    insecure_registries_text,
-    read_json,
-    registries_d_scopes,
-    registries_d_text,
-    remove_scopes,
-    requirement,
-    set_scopes,
-    trust_paths,
-)
-
-
-def policy_text(policy):
-    return json.dumps(policy, indent=4, sort_keys=True) + "\n" if policy is not None else ""
-
-
-def scopes_of_others(registries_d, own_path):
-    """Scopes that other gpuaas drop-ins record (another workload's trust keeps them)."""
-    others = set()
-    for path in glob.glob(os.path.join(registries_d, "gpuaas-*.yaml")):
-        if path != own_path:
-            try:
-                others.update(registries_d_scopes(read_text(path)))
-            except OciError:
-                continue
-    return others
+from ansible.module_utils.basic import AnsibleModule  # noqa: E402 - Ansible modules import after their documentation
+from ansible_collections.gpuaas.apps.plugins.module_utils.oci import OciError  # noqa: E402
+from ansible_collections.gpuaas.apps.plugins.module_utils.oci_steps import trust  # noqa: E402
 
 
 def main():
@@ -178,56 +145,11 @@ def main():
     )
     p = module.params
     try:
-        name = check_name(p["name"])
-        d_path, conf_path = trust_paths(name, p["registries_d"], p["registries_conf_d"])
-        old_d, old_conf = read_text(d_path), read_text(conf_path)
-        recorded = registries_d_scopes(old_d) if old_d else []
-        given = [check_scope(s) for s in p["scopes"]]
-        policy = read_json(p["policy_path"])
-        result = dict(removed_scopes=[], kept_scopes=[])
-
-        if p["state"] == "present":
-            if not given:
-                raise OciError("state=present needs scopes (the repositories whose images must be signed)")
-            if not p["public_key"] and not p["unsigned"]:
-                raise OciError("public_key is required: images are accepted only when signed by it (unsigned=true "
-                               "accepts unsigned images instead, explicitly)")
-            if p["public_key"] and p["unsigned"]:
-                raise OciError("give either public_key or unsigned=true, not both")
-            new_policy = set_scopes(policy, given, requirement(None if p["unsigned"] else p["public_key"]))
-            managed = sorted(set(recorded) | set(given))
-            new_d = registries_d_text(managed, sigstore=not p["unsigned"])
-            new_conf = insecure_registries_text(p["insecure_registries"]) if p["insecure_registries"] else None
-            result["scopes"] = managed
-        else:
-            managed = sorted(set(recorded) | set(given))
-            others = scopes_of_others(p["registries_d"], d_path)
-            result["kept_scopes"] = [s for s in managed if s in others]
-            in_policy = docker_scopes(policy) if policy is not None else {}
-            result["removed_scopes"] = [s for s in managed if s not in others and s in in_policy]
-            new_policy = remove_scopes(policy, result["removed_scopes"]) if policy is not None else None
-            new_d = new_conf = None
-            result["scopes"] = []
-
-        changes = [(p["policy_path"], policy_text(policy), policy_text(new_policy), 0o644),
-                   (d_path, old_d or "", new_d or "", 0o644),
-                   (conf_path, old_conf or "", new_conf or "", 0o644)]
-        # Only a semantic change rewrites the policy: its formatting is the operator's until then.
-        policy_changed = new_policy != policy
-        changed_files = [c for c in changes if (c[0] == p["policy_path"] and policy_changed)
-                         or (c[0] != p["policy_path"] and c[1] != c[2])]
-        result["diff"] = [dict(before_header=path, after_header=path, before=before, after=after)
-                          for path, before, after, mode in changes]
-        if not module.check_mode:
-            for path, _before, after, mode in changed_files:
-                if after:
-                    write_file(path, after, mode)
-                else:
-                    remove_file(path)
-        result["files"] = [path for path, before, after, mode in changes[1:] if after]
-        module.exit_json(changed=bool(changed_files), **result)
+        result = trust(p["name"], p["state"], p["scopes"], p["public_key"], p["unsigned"], p["insecure_registries"],
+                       module.check_mode, p["policy_path"], p["registries_d"], p["registries_conf_d"])
     except OciError as error:
         module.fail_json(msg=str(error))
+    module.exit_json(**result)
 
 
 if __name__ == "__main__":

@@ -197,11 +197,14 @@ def untouched(run: PlaybookRun) -> None:
 
 
 def test_an_image_named_by_tag_is_refused_before_anything_changes(oci):
+    """The control node refuses it, naming every problem of the request that shows without the host."""
     oci.replicas = ["r1"]
-    run = oci.playbook("oci_deploy", oci_workload_image=f"{oci.registry.address}/{REPO}:v1")
+    run = oci.playbook("oci_deploy", oci_workload_image=f"{oci.registry.address}/{REPO}:v1",
+                       oci_workload_probe={"type": "http", "path": "/version.txt"})
     assert run.rc != 0
     assert (f"image '{oci.registry.address}/{REPO}:v1' names a tag ('v1'); images are pulled by digest only"
             in run.output), run.output[-3000:]
+    assert "probe type http needs a port (1-65535)" in run.output, run.output[-3000:]
     untouched(run)
     assert oci.sh("r1", "ls /etc/containers/registries.d /var/lib/gpuaas-oci 2>/dev/null || true") == ""
     assert json.loads(oci.sh("r1", "cat /etc/containers/policy.json")) == oci.policy_before["r1"]
@@ -322,6 +325,40 @@ def test_rollback_returns_every_replica_to_the_kept_image(oci):
     for host in ("r1", "r2"):
         assert oci.container(host)["ImageDigest"] == oci.refs["v1"].split("@")[1]
         assert oci.version(host) == "v1"
+
+
+def test_a_replica_that_does_not_become_ready_stops_the_rollout(oci):
+    """A changed environment restarts the first replica, whose probe then never answers (a path the workload
+    does not serve): the run fails there and the second replica keeps its container and keeps serving."""
+    running = {h: oci.container(h)["Id"] for h in ("r1", "r2")}
+    deaf = HOST_VARS["oci_workload_probe"] | {"path": "/missing", "deadline": 2}
+    run = oci.playbook("oci_upgrade", oci_workload_image=oci.refs["v1"], oci_workload_probe=deaf,
+                       oci_workload_env=HOST_VARS["oci_workload_env"] | {"ROLLOUT": "stopped"})
+    assert run.rc != 0
+    assert "workload workload was not ready within 2s" in run.output, run.output[-3000:]
+    restarted = [h for h in ("r1", "r2") if oci.container(h)["Id"] != running[h]]
+    assert len(restarted) == 1, f"the rollout went on past the replica that did not become ready: {restarted}"
+    (kept,) = {"r1", "r2"} - set(restarted)
+    assert oci.version(kept) == "v1"
+
+    again = oci.playbook("oci_deploy", oci_workload_image=oci.refs["v1"])
+    assert again.rc == 0, again.output[-4000:]
+    assert again.changed[kept] == 0 and oci.container(kept)["Id"] == running[kept]
+    assert oci.version(restarted[0]) == "v1"
+
+
+def test_a_volume_missing_on_one_replica_is_refused_before_any_replica_restarts(oci):
+    """What depends on the host is checked there, on every replica, before any replica restarts."""
+    running = {h: oci.container(h)["Id"] for h in ("r1", "r2")}
+    oci.sh("r1", "mkdir -p /srv/gpuaas-test-data")
+    try:
+        run = oci.playbook("oci_deploy", oci_workload_image=oci.refs["v1"],
+                           oci_workload_volumes=[{"source": "/srv/gpuaas-test-data", "target": "/data"}])
+    finally:
+        oci.sh("r1", "rmdir /srv/gpuaas-test-data")
+    assert run.rc != 0
+    assert "volume source /srv/gpuaas-test-data does not exist on this host" in run.output, run.output[-3000:]
+    assert {h: oci.container(h)["Id"] for h in ("r1", "r2")} == running
 
 
 def kill_and_stop(oci, host: str) -> None:

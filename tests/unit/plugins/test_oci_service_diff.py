@@ -194,3 +194,64 @@ def test_oci_service_absent_in_check_mode_lists_everything_then_removes_it_once(
 
     again = node.module("oci_service", dict(name=NAME, state="absent"))
     assert not again["changed"] and again["removed"] == [] and again["diff"] == {"before": "", "after": ""}, again
+
+
+def workload_args(ref, **extra):
+    """oci_workload's options: the service's, and the trust (Debian 12's podman cannot verify sigstore
+    signatures, so this host accepts the repository's images unsigned, explicitly)."""
+    return service_args(ref, unsigned=True) | extra
+
+
+TRUST_FILE = f"/etc/containers/registries.d/gpuaas-{NAME}.yaml"
+
+
+def test_oci_workload_pulls_then_starts_in_one_module_run_each_with_check_mode_diff_and_idempotence(node):
+    """gpuaas.apps.oci_workload takes the steps above (the host is clean again after the teardown test): pulled
+    trusts and pulls and says whether a start is pending, started runs and waits, absent removes all of it."""
+    ref = node.refs[0]
+    checked = node.module("oci_workload", workload_args(ref, state="pulled"), check=True)
+    assert checked["changed"] and checked["start_pending"] and not checked["pulled"], checked
+    assert TRUST_FILE in {d.get("after_header") for d in checked["diff"]}
+    assert not node.has_image(ref) and node.sh(f"ls {TRUST_FILE} {RECORD} 2>/dev/null") == "", "check mode changed it"
+
+    pulled = node.module("oci_workload", workload_args(ref, state="pulled"))
+    assert pulled["changed"] and pulled["pulled"] and pulled["trust_changed"] and pulled["start_pending"], pulled
+    assert node.has_image(ref) and node.sh(f"ls {TRUST_FILE}") == TRUST_FILE
+    # The running container is not this step's business: nothing runs yet.
+    assert node.container() is None and node.sh(f"ls {UNIT} 2>/dev/null") == ""
+
+    starting = node.module("oci_workload", workload_args(ref), check=True)
+    assert starting["changed"] and starting["restarted"] and "ready" not in starting, starting
+    assert node.container() is None
+    started = node.module("oci_workload", workload_args(ref))
+    assert started["changed"] and started["restarted"] and started["ready"], started
+    assert node.version() == VERSIONS[0] and node.unit_state() == "active\nenabled"
+    assert SECRET not in json.dumps(started)
+
+    settled = node.module("oci_workload", workload_args(ref, state="pulled"))
+    assert not settled["changed"] and not settled["start_pending"], settled
+    assert settled["start_reason"].startswith("nothing: it runs and answers"), settled
+    again = node.module("oci_workload", workload_args(ref))
+    assert not again["changed"] and not again["restarted"] and again["ready"], again
+    assert all(d["before"] == d["after"] for d in again["diff"]), again["diff"]
+
+    # A changed environment is for the start to apply: pulled only says so, and the container keeps running.
+    running = node.container()["Id"]
+    changed_env = node.module("oci_workload", workload_args(ref, state="pulled", env={"TOKEN": SECRET + "-2"}))
+    assert not changed_env["changed"] and changed_env["start_pending"], changed_env
+    assert node.container()["Id"] == running
+
+
+def test_oci_workload_absent_removes_the_workload_and_its_trust(node):
+    ref = node.refs[0]
+    checked = node.module("oci_workload", dict(name=NAME, state="absent"), check=True)
+    assert checked["changed"] and f"image {ref}" in checked["removed"], checked
+    assert node.unit_state() == "active\nenabled" and node.sh(f"ls {TRUST_FILE}") == TRUST_FILE
+
+    removed = node.module("oci_workload", dict(name=NAME, state="absent"))
+    assert removed["changed"] and removed["images"] == [ref] and removed["trust_changed"], removed
+    assert node.container() is None and node.sh("podman images --format '{{.Digest}}'") == ""
+    assert node.sh(f"ls {UNIT} {ENV_FILE} {RECORD} {TRUST_FILE} 2>/dev/null") == ""
+
+    again = node.module("oci_workload", dict(name=NAME, state="absent"))
+    assert not again["changed"] and again["removed"] == [], again

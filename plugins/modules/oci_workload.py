@@ -1,0 +1,326 @@
+#!/usr/bin/python
+# -*- coding: utf-8 -*-
+# Copyright: gpuaas.apps developers
+# Apache License 2.0 (see https://www.apache.org/licenses/LICENSE-2.0)
+
+from __future__ import absolute_import, division, print_function
+
+__metaclass__ = type
+
+DOCUMENTATION = r"""
+module: oci_workload
+short_description: Trust, pull, run and wait for an OCI workload on its host in one step, or tear it all down
+version_added: "0.2.0"
+description:
+  - One module run for what M(gpuaas.apps.oci_trust), M(gpuaas.apps.oci_image), M(gpuaas.apps.oci_service) and
+    M(gpuaas.apps.oci_probe) do one step at a time, with the same code and the same results. Every option is
+    checked against this host (volume sources, devices, podman) before anything changes.
+  - O(state=pulled) requires signatures by O(public_key) for the image's repository, pulls the image by digest
+    unless the host has it, and records it for the workload; the running container is left alone. It reports
+    in RV(start_pending) whether O(state=started) would change anything (the unit, the environment, the record,
+    a container that does not run or does not answer its probe now). The gpuaas.apps OCI playbooks run it on
+    every host first, then O(state=started) one host at a time, only where a start is pending.
+  - O(state=started) does the same, then runs the workload as its systemd unit (a changed unit or environment
+    restarts it), then waits until its probe answers; it fails at the probe's deadline with the last answer and
+    the unit's last log lines.
+  - O(state=absent) stops and removes the unit, the container, the environment file, every image of the record
+    and the record, removes the trust this workload alone asked for, and any registry credential file an
+    interrupted pull left.
+author:
+  - gpuaas.apps developers (@gpuaas)
+options:
+  name:
+    description: The workload's name; 1 to 63 lowercase letters, digits, C(.), C(_) or C(-).
+    type: str
+    required: true
+  state:
+    description: V(pulled), V(started) or V(absent) (see the description).
+    type: str
+    choices: [pulled, started, absent]
+    default: started
+  image:
+    description: The image, by digest only (C(registry/repository@sha256:<64 hex>)). Required unless V(absent).
+    type: str
+  auth:
+    description:
+      - Credentials for the pull, written to a 0600 file under O(auth_dir) for the pull alone and removed right
+        after it, also when it fails.
+    type: dict
+    suboptions:
+      registry:
+        description: The registry, C(host[:port]) (the image's).
+        type: str
+        required: true
+      username:
+        description: User name.
+        type: str
+        required: true
+      password:
+        description: Password or token.
+        type: str
+        required: true
+  auth_dir:
+    description: Where the credential file lives during the pull.
+    type: path
+    default: /run
+  public_key:
+    description: The PEM public key the image's repository must be signed with (sigstore).
+    type: str
+  unsigned:
+    description: Accept unsigned images of the repository instead, explicitly.
+    type: bool
+    default: false
+  insecure_registries:
+    description: Registries podman may reach over plain HTTP.
+    type: list
+    elements: str
+    default: []
+  wait:
+    description: With V(started), wait until the probe answers.
+    type: bool
+    default: true
+notes:
+  - Supports check mode (it reports what would change and changes nothing) and diff mode (the trust files,
+    the image's presence, the unit, the environment with its values hidden, the record).
+extends_documentation_fragment:
+  - gpuaas.apps.attributes.check_and_diff
+  - gpuaas.apps.oci_service_options
+"""
+
+EXAMPLES = r"""
+- name: Trust and pull on every host first; the running container is left alone
+  gpuaas.apps.oci_workload:
+    name: web
+    state: pulled
+    image: registry.example.com/team/web@sha256:4d4f...e1
+    public_key: "{{ lookup('file', 'cosign.pub') }}"
+    probe: {type: http, port: 8080, path: /healthz}
+  register: web_pulled
+
+- name: Then restart where something changed, and wait until it answers
+  gpuaas.apps.oci_workload:
+    name: web
+    image: registry.example.com/team/web@sha256:4d4f...e1
+    public_key: "{{ lookup('file', 'cosign.pub') }}"
+    probe: {type: http, port: 8080, path: /healthz}
+  when: web_pulled.start_pending
+  throttle: 1
+
+- name: Tear it down
+  gpuaas.apps.oci_workload:
+    name: web
+    state: absent
+"""
+
+RETURN = r"""
+image:
+  description: The image, by digest.
+  returned: unless state is absent
+  type: str
+  sample: registry.example.com/team/web@sha256:4d4f...
+pulled:
+  description: Whether this run pulled the image.
+  returned: unless state is absent
+  type: bool
+  sample: true
+trust_changed:
+  description: Whether this run changed the trust policy or its drop-ins.
+  returned: always
+  type: bool
+  sample: false
+start_pending:
+  description: With V(pulled), whether V(started) would change anything on this host.
+  returned: when state is pulled
+  type: bool
+  sample: true
+start_reason:
+  description: With V(pulled), why a start is pending (or that nothing is).
+  returned: when state is pulled
+  type: str
+  sample: the unit changed
+restarted:
+  description: Whether this run (re)started the service.
+  returned: when state is started
+  type: bool
+  sample: true
+ready:
+  description: Whether the workload answered its probe.
+  returned: when state is started
+  type: bool
+  sample: true
+detail:
+  description: What the last probe found.
+  returned: when state is started
+  type: str
+  sample: "GET http://127.0.0.1:8080/healthz: HTTP 200"
+retired_images:
+  description: Images removed from the host (older than the kept ones, or all of them when absent).
+  returned: always
+  type: list
+  elements: str
+  sample: []
+images:
+  description: With V(absent), every image the workload's record listed, removed now or before.
+  returned: when state is absent
+  type: list
+  elements: str
+  sample: []
+removed:
+  description: With V(absent), what was removed (unit, container, images, files).
+  returned: when state is absent
+  type: list
+  elements: str
+  sample: [unit gpuaas-oci-web.service, container gpuaas-oci-web]
+removed_scopes:
+  description: With V(absent), the trust policy scopes removed.
+  returned: when state is absent
+  type: list
+  elements: str
+  sample: [registry.example.com/team/web]
+"""
+
+import os  # noqa: E402 - Ansible modules import after their documentation
+
+from ansible.module_utils.basic import AnsibleModule  # noqa: E402
+from ansible_collections.gpuaas.apps.plugins.module_utils.files import remove_file  # noqa: E402
+from ansible_collections.gpuaas.apps.plugins.module_utils.oci import (  # noqa: E402
+    PODMAN_MISSING,
+    OciError,
+    Podman,
+    container_name,
+    normalize_probe,
+    parse_reference,
+    look,
+)
+from ansible_collections.gpuaas.apps.plugins.module_utils.oci_steps import (  # noqa: E402
+    Systemd,
+    StepFailed,
+    image,
+    remove,
+    service_spec,
+    start,
+    trust,
+    wait,
+)
+
+
+def as_list(diff):
+    return diff if isinstance(diff, list) else [diff]
+
+
+RUNNING = {"State": {"Status": "running"}}
+
+
+def pending_start(module, podman, systemd, params):
+    """(pending, reason): whether a start would change anything, found without changing anything."""
+    plan = start(module, podman, systemd, params, check=True)
+    if plan["restarted"]:
+        return True, "the unit or its environment changed, or the container does not run"
+    if plan["changed"]:
+        return True, "the unit is not enabled, or the record or the kept images change"
+    # The unit is active, so its container runs: an http or tcp look needs no podman call.
+    answer = look(podman, normalize_probe(params["probe"]), container_name(params["name"]), RUNNING)
+    detail = "%s: %s" % (answer["target"], answer["answer"])
+    if answer["ok"]:
+        return False, "nothing: it runs and answers (%s)" % detail
+    return True, "it does not answer: %s" % detail
+
+
+def prepared(module, podman, systemd):
+    """Trust and pull, after every option was checked against this host: the steps before a start."""
+    p, check = module.params, module.check_mode
+    if not podman.available() and not check:
+        raise OciError(PODMAN_MISSING)
+    service_spec(p, podman.path if podman.available() else "/usr/bin/podman")
+    reference = parse_reference(p["image"])
+    trusted = trust(p["name"], "present", [reference.name], p["public_key"], p["unsigned"],
+                    p["insecure_registries"], check)
+    pulled = image(module, podman, reference, "present", p["auth"], p["auth_dir"], p["name"], check=check)
+    return dict(image=pulled["image"], pulled=pulled["pulled"], trust_changed=trusted["changed"], retired_images=[],
+                changed=trusted["changed"] or pulled["changed"], diff=trusted["diff"] + as_list(pulled["diff"]))
+
+
+def absent(module, podman, systemd):
+    p, check = module.params, module.check_mode
+    removed = remove(podman, systemd, p["name"], p["image"], p["stop_timeout"], check)
+    untrusted = trust(p["name"], "absent", [], check=check)
+    leftover = os.path.join(p["auth_dir"], "gpuaas-oci-auth-%s.json" % p["name"])
+    has_leftover = os.path.lexists(leftover)
+    if has_leftover and not check:
+        remove_file(leftover)
+    return dict(removed=removed["removed"] + (["file %s" % leftover] if has_leftover else []),
+                images=removed["images"], retired_images=removed["retired_images"],
+                removed_scopes=untrusted["removed_scopes"], trust_changed=untrusted["changed"],
+                changed=removed["changed"] or untrusted["changed"] or has_leftover,
+                diff=as_list(removed["diff"]) + untrusted["diff"])
+
+
+def main():
+    module = AnsibleModule(
+        argument_spec=dict(
+            name=dict(type="str", required=True),
+            state=dict(type="str", choices=["pulled", "started", "absent"], default="started"),
+            image=dict(type="str"),
+            # Only the password is secret: no_log on the whole dict would also mask the registry's address
+            # wherever it appears in the result (the image reference, messages).
+            auth=dict(type="dict", no_log=False, options=dict(
+                registry=dict(type="str", required=True),
+                username=dict(type="str", required=True),
+                password=dict(type="str", required=True, no_log=True),
+            )),
+            auth_dir=dict(type="path", default="/run"),
+            public_key=dict(type="str"),
+            unsigned=dict(type="bool", default=False),
+            insecure_registries=dict(type="list", elements="str", default=[]),
+            wait=dict(type="bool", default=True),
+            command=dict(type="list", elements="str", default=[]),
+            env=dict(type="dict", default={}),
+            network=dict(type="str", choices=["bridge", "host"], default="bridge"),
+            ports=dict(type="list", elements="dict", default=[], options=dict(
+                host_port=dict(type="int"), container_port=dict(type="int"),
+                protocol=dict(type="str", default="tcp"), host_ip=dict(type="str"))),
+            volumes=dict(type="list", elements="dict", default=[], options=dict(
+                source=dict(type="path", required=True), target=dict(type="str", required=True),
+                read_only=dict(type="bool", default=False))),
+            cpus=dict(type="float"),
+            memory=dict(type="str"),
+            cgroups=dict(type="bool", default=True),
+            restart=dict(type="str", choices=["no", "on-failure", "always"], default="on-failure"),
+            restart_sec=dict(type="int", default=5),
+            stop_timeout=dict(type="int", default=10),
+            gpus=dict(type="str", choices=["auto", "none"], default="auto"),
+            devices=dict(type="list", elements="str", default=[]),
+            probe=dict(type="dict", default={}),
+            keep_images=dict(type="int", default=1),
+        ),
+        required_if=[("state", "pulled", ["image"]), ("state", "started", ["image"])],
+        supports_check_mode=True,
+    )
+    p = module.params
+    try:
+        podman, systemd = Podman(module), Systemd(module)
+        warnings = []
+        if p["state"] == "absent":
+            result = absent(module, podman, systemd)
+        else:
+            result = prepared(module, podman, systemd)
+            if p["state"] == "pulled":
+                result["start_pending"], result["start_reason"] = pending_start(module, podman, systemd, p)
+            else:
+                started = start(module, podman, systemd, p, module.check_mode)
+                warnings = started["warnings"]
+                result.update(restarted=started["restarted"], retired_images=started["retired_images"],
+                              changed=result["changed"] or started["changed"], diff=result["diff"] + started["diff"])
+                if p["wait"] and not module.check_mode:
+                    result.update(wait(module, podman, p["name"], normalize_probe(p["probe"])))
+    except StepFailed as error:
+        module.fail_json(msg=str(error), **error.result)
+    except OciError as error:
+        module.fail_json(msg=str(error))
+    for warning in warnings:
+        module.warn(warning)
+    module.exit_json(**result)
+
+
+if __name__ == "__main__":
+    main()
