@@ -26,8 +26,9 @@ Each round, the order of its two parts alternating from round to round:
   then decommissioned.
 
 Deploy: accept (the operation's created_at; POST /deploy answered 202) -> `run.playbook_started` ->
-the probe task's end ("Wait until the workload is ready" ok) -> `apps.instance.running`. The pull task's
-duration and the moment the bench's own poller first got an answer are reported next to them.
+the start task's end ("Start the workload and wait until it answers" ok: started, and the probe answered) ->
+`apps.instance.running`. The pull task's duration and the moment the bench's own poller first got an answer
+are reported next to them.
 
 Upgrades and member add: from before the POST until the operation has finished, a poller GETs
 http://HOST:8080/version.txt on every replica every 100 ms (1 s timeout each, all replicas at once). A
@@ -72,8 +73,8 @@ IMAGES = ("v1", "v2", "v3")
 TERMINAL = ("succeeded", "failed", "canceled")
 TICK = 0.1
 REQUEST_TIMEOUT = 1.0
-PROBE_TASK = "Wait until the workload is ready"
-PULL_TASK = "Pull the image"
+PROBE_TASK = "Start the workload and wait until it answers"
+PULL_TASK = "Trust the image's repository, pull the image, find what a start would change"
 TASK_ROWS = 8
 
 
