@@ -26,9 +26,10 @@ Each round, the order of its two parts alternating from round to round:
   then decommissioned.
 
 Deploy: accept (the operation's created_at; POST /deploy answered 202) -> `run.playbook_started` ->
-the start task's end ("Start the workload and wait until it answers" ok: started, and the probe answered) ->
-`apps.instance.running`. The pull task's duration and the moment the bench's own poller first got an answer
-are reported next to them.
+the end of the task that pulls and, on a host where nothing serves yet, starts the workload until its probe
+answers ("Trust the image's repository, pull the image, start it where nothing serves yet" ok) ->
+`apps.instance.running`. That task's duration and the moment the bench's own poller first got an answer are
+reported next to them.
 
 Upgrades and member add: from before the POST until the operation has finished, a poller GETs
 http://HOST:8080/version.txt on every replica every 100 ms (1 s timeout each, all replicas at once). A
@@ -73,8 +74,8 @@ IMAGES = ("v1", "v2", "v3")
 TERMINAL = ("succeeded", "failed", "canceled")
 TICK = 0.1
 REQUEST_TIMEOUT = 1.0
-PROBE_TASK = "Start the workload and wait until it answers"
-PULL_TASK = "Trust the image's repository, pull the image, find what a start would change"
+# Where nothing serves yet (a deploy, a new member), this one task pulls, starts and waits for the probe.
+READY_TASK = "Trust the image's repository, pull the image, start it where nothing serves yet"
 TASK_ROWS = 8
 
 
@@ -257,8 +258,7 @@ class Bench:
             op = self.operate(instance_id, "/deploy")
         accepted = ts(op["created_at"])
         started = ts(self.events(instance_id, "run.playbook_started", op["correlation_id"])[0]["occurred_at"])
-        probe = self.task_ok(instance_id, op, PROBE_TASK)
-        pull = self.task_ok(instance_id, op, PULL_TASK)
+        probe = self.task_ok(instance_id, op, READY_TASK)
         running = ts(self.events(instance_id, "apps.instance.running", op["correlation_id"])[0]["occurred_at"])
         first = poller.first_answer(host, accepted)
         container = self.container(host)
@@ -268,7 +268,7 @@ class Bench:
                 "playbook start -> probe healthy": ts(probe["occurred_at"]) - started,
                 "probe healthy -> running": running - ts(probe["occurred_at"]),
                 "accept -> running": running - accepted,
-                "pull task": pull["payload"].get("duration") or 0.0,
+                "pull task": probe["payload"].get("duration") or 0.0,
                 "accept -> first answer (bench)": (first - accepted) if first else None,
                 "operation": ts(op["finished_at"]) - accepted,
                 "tasks": self.task_times(instance_id, op)}
@@ -302,7 +302,7 @@ class Bench:
         accepted = ts(op["created_at"])
         (added,) = self.events(instance_id, "member_added", op["correlation_id"])
         started = ts(self.events(instance_id, "run.playbook_started", op["correlation_id"])[0]["occurred_at"])
-        probe = self.task_ok(instance_id, op, PROBE_TASK)
+        probe = self.task_ok(instance_id, op, READY_TASK)
         member = self.sa.get(f"/v1/instances/{instance_id}/members/{added['member_id']}")
         if member["status"] != "active" or member["host_name"] != joining:
             raise BenchError(f"the new member is {member['status']} on {member['host_name']}")
@@ -375,7 +375,7 @@ def report(rounds: list[dict]) -> list[str]:
         rows.append((f"**{label}**: accept -> instance running", col(part, "accept -> running")))
         for key in ("accept -> playbook start", "playbook start -> probe healthy", "probe healthy -> running"):
             rows.append((f"- {key}", col(part, key)))
-        rows.append(("- the pull task (in the playbook)", col(part, "pull task")))
+        rows.append(("- the pull-and-start task (in the playbook)", col(part, "pull task")))
         rows.append(("- accept -> first answer seen by the bench", col(part, "accept -> first answer (bench)")))
     up1, add, up2 = "upgrade 1", "member add", "upgrade 2"
     rows += [

@@ -699,9 +699,18 @@ def look(podman, probe, container, state, timeout=None):
     return dict(ok=ok, target=target, answer=answer, code=code)
 
 
-def probe_once(podman, probe, container):
+# A container's podman inspect, as far as look() reads it, for a container known to run.
+RUNNING = {"State": {"Status": "running"}}
+
+
+def probe_once(podman, probe, container, unit_active=False):
     """(ok, detail) for one look with ``probe`` (from normalize_probe()) at a workload whose container
-    is ``container``: ready when the container runs and the probe answers."""
+    is ``container``: ready when the container runs and the probe answers. ``unit_active``: systemd has just
+    said the workload's unit runs, so its container does, and an http or tcp look needs no podman call (about
+    0.1 s each)."""
+    if unit_active and probe["type"] in ("http", "tcp"):
+        answer = look(podman, probe, container, RUNNING)
+        return answer["ok"], "%s: %s" % (answer["target"], answer["answer"])
     state = podman.container(container)
     status = container_status(state)
     if status != "running":
@@ -719,22 +728,26 @@ def probe_once(podman, probe, container):
 FIRST_LOOK_DELAY = 0.05
 
 
-def wait_ready(podman, probe, container, deadline=None, clock=time.monotonic, sleep=time.sleep):
+def wait_ready(podman, probe, container, deadline=None, clock=time.monotonic, sleep=time.sleep, unit_active=False):
     """Probe until ready or ``deadline`` (seconds; the probe's own by default) runs out: (ok, attempts,
     seconds, detail of the last look). The delay between looks starts at FIRST_LOOK_DELAY and doubles up to
-    the probe's interval."""
+    the probe's interval. ``unit_active`` as for probe_once(); a wait that ends unready then looks once more
+    with the container's state, which the detail reports."""
     limit = probe["deadline"] if deadline is None else deadline
     started = clock()
     attempts = 0
     delay = min(FIRST_LOOK_DELAY, probe["interval"])
     while True:
         attempts += 1
-        ok, detail = probe_once(podman, probe, container)
+        ok, detail = probe_once(podman, probe, container, unit_active)
         elapsed = clock() - started
         if ok or elapsed + delay > limit:
-            return ok, attempts, elapsed, detail
+            break
         sleep(delay)
         delay = min(delay * 2, probe["interval"])
+    if not ok and unit_active:
+        ok, detail = probe_once(podman, probe, container)
+    return ok, attempts, elapsed, detail
 
 
 # ---- health: what one replica looks like now -------------------------------------------------------

@@ -422,10 +422,15 @@ def start(module, podman, systemd, params, check=False):
     if unit_changed:
         write_file(unit_path, unit, 0o644)
         systemd.run("daemon-reload")
-    if not enabled:
+    # A unit that neither runs nor is enabled starts with its enabling: one systemctl call instead of two.
+    started_by_enable = not enabled and not running
+    if started_by_enable:
+        rc, out, err = systemd.run("enable", "--now", unit_name(name), check=False)
+    elif not enabled:
         systemd.run("enable", unit_name(name))
-    if restart:
+    if restart and not started_by_enable:
         rc, out, err = systemd.run("restart", unit_name(name), check=False)
+    if restart:
         if rc != 0 or not systemd.active(unit_name(name)):
             raise OciError("%s did not start: %s\n%s" % (unit_name(name), (err or out).strip(),
                                                          unit_journal(module, unit_name(name))))
@@ -439,10 +444,12 @@ def start(module, podman, systemd, params, check=False):
     return result
 
 
-def wait(module, podman, name, probe, deadline=None):
+def wait(module, podman, name, probe, deadline=None, unit_active=False):
     """Probes the workload until it is ready or the deadline (the probe's own unless given) ran out; raises
-    StepFailed, with the unit's last log lines, when it was not ready in time."""
-    ready, attempts, seconds, detail = wait_ready(podman, probe, container_name(name), deadline)
+    StepFailed, with the unit's last log lines, when it was not ready in time. ``unit_active``: start() has just
+    succeeded, so systemd runs the unit (see oci.probe_once())."""
+    ready, attempts, seconds, detail = wait_ready(podman, probe, container_name(name), deadline,
+                                                  unit_active=unit_active)
     result = dict(ready=ready, attempts=attempts, seconds=round(seconds, 2), detail=detail, probe=probe)
     if not ready:
         limit = probe["deadline"] if deadline is None else deadline

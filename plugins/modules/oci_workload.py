@@ -16,10 +16,11 @@ description:
     M(gpuaas.apps.oci_probe) do one step at a time, with the same code and the same results. Every option is
     checked against this host (volume sources, devices, podman) before anything changes.
   - O(state=pulled) requires signatures by O(public_key) for the image's repository, pulls the image by digest
-    unless the host has it, and records it for the workload; the running container is left alone. It reports
+    unless the host has it, and records it for the workload; a serving container is left alone. It reports
     in RV(start_pending) whether O(state=started) would change anything (the unit, the environment, the record,
-    a container that does not run or does not answer its probe now). The gpuaas.apps OCI playbooks run it on
-    every host first, then O(state=started) one host at a time, only where a start is pending.
+    a container that does not run or does not answer its probe now). With O(start_idle), a workload that
+    serves nothing on the host starts right away. The gpuaas.apps OCI playbooks run it so on every host first,
+    then O(state=started) one serving host at a time, only where a start is pending.
   - O(state=started) does the same, then runs the workload as its systemd unit (a changed unit or environment
     restarts it), then waits until its probe answers; it fails at the probe's deadline with the last answer and
     the unit's last log lines.
@@ -79,6 +80,13 @@ options:
     description: With V(started), wait until the probe answers.
     type: bool
     default: true
+  start_idle:
+    description:
+      - With V(pulled), where the workload serves nothing on this host (its unit does not run, or its probe does
+        not answer), go on as V(started) does, in the same module run. Nobody is served by such a replica, so it
+        needs no turn in a rolling restart; a serving one is left alone.
+    type: bool
+    default: false
 notes:
   - Supports check mode (it reports what would change and changes nothing) and diff mode (the trust files,
     the image's presence, the unit, the environment with its values hidden, the record).
@@ -88,16 +96,17 @@ extends_documentation_fragment:
 """
 
 EXAMPLES = r"""
-- name: Trust and pull on every host first; the running container is left alone
+- name: Trust and pull on every host first; start where nothing serves yet, leave serving containers alone
   gpuaas.apps.oci_workload:
     name: web
     state: pulled
+    start_idle: true
     image: registry.example.com/team/web@sha256:4d4f...e1
     public_key: "{{ lookup('file', 'cosign.pub') }}"
     probe: {type: http, port: 8080, path: /healthz}
   register: web_pulled
 
-- name: Then restart where something changed, and wait until it answers
+- name: Then restart the serving ones where something changed, one at a time, each until it answers
   gpuaas.apps.oci_workload:
     name: web
     image: registry.example.com/team/web@sha256:4d4f...e1
@@ -129,7 +138,14 @@ trust_changed:
   type: bool
   sample: false
 start_pending:
-  description: With V(pulled), whether V(started) would change anything on this host.
+  description: With V(pulled), whether V(started) would (still) change anything on this host.
+  returned: when state is pulled
+  type: bool
+  sample: true
+serving:
+  description:
+    - With V(pulled), whether the workload serves now (its unit runs and its probe answers). The playbooks start
+      the replicas that do not serve all at once, and restart serving ones one at a time.
   returned: when state is pulled
   type: bool
   sample: true
@@ -140,17 +156,17 @@ start_reason:
   sample: the unit changed
 restarted:
   description: Whether this run (re)started the service.
-  returned: when state is started
+  returned: when state is started, or pulled with O(start_idle)
   type: bool
   sample: true
 ready:
   description: Whether the workload answered its probe.
-  returned: when state is started
+  returned: when it was started
   type: bool
   sample: true
 detail:
   description: What the last probe found.
-  returned: when state is started
+  returned: when it was started
   type: str
   sample: "GET http://127.0.0.1:8080/healthz: HTTP 200"
 retired_images:
@@ -185,11 +201,14 @@ from ansible.module_utils.basic import AnsibleModule  # noqa: E402
 from ansible_collections.gpuaas.apps.plugins.module_utils.files import remove_file  # noqa: E402
 from ansible_collections.gpuaas.apps.plugins.module_utils.oci import (  # noqa: E402
     PODMAN_MISSING,
+    RUNNING,
     OciError,
     Podman,
     container_name,
     normalize_probe,
     parse_reference,
+    read_json,
+    record_path,
     look,
 )
 from ansible_collections.gpuaas.apps.plugins.module_utils.oci_steps import (  # noqa: E402
@@ -208,22 +227,27 @@ def as_list(diff):
     return diff if isinstance(diff, list) else [diff]
 
 
-RUNNING = {"State": {"Status": "running"}}
-
-
 def pending_start(module, podman, systemd, params):
-    """(pending, reason): whether a start would change anything, found without changing anything."""
+    """(pending, serving, reason): whether a start would change anything, and whether the workload serves now
+    (its unit runs and its probe answers), found without changing anything."""
     plan = start(module, podman, systemd, params, check=True)
+    running = podman.available() and systemd.active(plan["unit"])
+    answer = None
+    if running:
+        # Whether it serves is for the probe it runs with (its record's): a request that changes the probe does not
+        # make a serving replica idle. The unit is active, so its container runs: an http or tcp look needs no
+        # podman call.
+        current = (read_json(record_path(params["name"])) or {}).get("probe") or params["probe"]
+        answer = look(podman, normalize_probe(current), container_name(params["name"]), RUNNING)
+    serving = bool(answer and answer["ok"])
+    detail = "%s: %s" % (answer["target"], answer["answer"]) if answer else "its unit does not run"
     if plan["restarted"]:
-        return True, "the unit or its environment changed, or the container does not run"
+        return True, serving, "the unit or its environment changed, or the container does not run (%s)" % detail
     if plan["changed"]:
-        return True, "the unit is not enabled, or the record or the kept images change"
-    # The unit is active, so its container runs: an http or tcp look needs no podman call.
-    answer = look(podman, normalize_probe(params["probe"]), container_name(params["name"]), RUNNING)
-    detail = "%s: %s" % (answer["target"], answer["answer"])
-    if answer["ok"]:
-        return False, "nothing: it runs and answers (%s)" % detail
-    return True, "it does not answer: %s" % detail
+        return True, serving, "the unit is not enabled, or the record or the kept images change"
+    if serving:
+        return False, serving, "nothing: it runs and answers (%s)" % detail
+    return True, serving, "it does not answer: %s" % detail
 
 
 def prepared(module, podman, systemd):
@@ -238,6 +262,17 @@ def prepared(module, podman, systemd):
     pulled = image(module, podman, reference, "present", p["auth"], p["auth_dir"], p["name"], check=check)
     return dict(image=pulled["image"], pulled=pulled["pulled"], trust_changed=trusted["changed"], retired_images=[],
                 changed=trusted["changed"] or pulled["changed"], diff=trusted["diff"] + as_list(pulled["diff"]))
+
+
+def started(module, podman, systemd, result):
+    """Runs the unit and waits until the workload answers; adds what it did to ``result`` (from prepared())."""
+    p = module.params
+    done = start(module, podman, systemd, p, module.check_mode)
+    result.update(restarted=done["restarted"], retired_images=done["retired_images"], warnings=done["warnings"],
+                  changed=result["changed"] or done["changed"], diff=result["diff"] + done["diff"])
+    if p["wait"] and not module.check_mode:
+        # start() succeeded, so systemd runs the unit.
+        result.update(wait(module, podman, p["name"], normalize_probe(p["probe"]), unit_active=True))
 
 
 def absent(module, podman, systemd):
@@ -273,6 +308,7 @@ def main():
             unsigned=dict(type="bool", default=False),
             insecure_registries=dict(type="list", elements="str", default=[]),
             wait=dict(type="bool", default=True),
+            start_idle=dict(type="bool", default=False),
             command=dict(type="list", elements="str", default=[]),
             env=dict(type="dict", default={}),
             network=dict(type="str", choices=["bridge", "host"], default="bridge"),
@@ -299,25 +335,23 @@ def main():
     p = module.params
     try:
         podman, systemd = Podman(module), Systemd(module)
-        warnings = []
         if p["state"] == "absent":
             result = absent(module, podman, systemd)
         else:
             result = prepared(module, podman, systemd)
             if p["state"] == "pulled":
-                result["start_pending"], result["start_reason"] = pending_start(module, podman, systemd, p)
+                pending, serving, reason = pending_start(module, podman, systemd, p)
+                result.update(start_pending=pending, serving=serving, start_reason=reason)
+                if pending and not serving and p["start_idle"]:
+                    started(module, podman, systemd, result)
+                    result["start_pending"] = False
             else:
-                started = start(module, podman, systemd, p, module.check_mode)
-                warnings = started["warnings"]
-                result.update(restarted=started["restarted"], retired_images=started["retired_images"],
-                              changed=result["changed"] or started["changed"], diff=result["diff"] + started["diff"])
-                if p["wait"] and not module.check_mode:
-                    result.update(wait(module, podman, p["name"], normalize_probe(p["probe"])))
+                started(module, podman, systemd, result)
     except StepFailed as error:
         module.fail_json(msg=str(error), **error.result)
     except OciError as error:
         module.fail_json(msg=str(error))
-    for warning in warnings:
+    for warning in result.pop("warnings", []):
         module.warn(warning)
     module.exit_json(**result)
 
