@@ -446,6 +446,30 @@ def test_cleanup_removes_what_the_forced_remove_left_and_a_second_run_changes_no
     assert oci.version("r1") == "v1"
 
 
+def test_the_teardown_check_names_everything_a_teardown_would_have_left(oci):
+    """gpuaas.apps.teardown_check (one raw round trip) against a replica that still runs the workload: it fails
+    naming each kind of leftover, and says nothing of what is gone."""
+    playbook = oci.workdir / "teardown-check.yml"
+    playbook.write_text(json.dumps([{"name": "Check", "hosts": "r1", "gather_facts": False, "tasks": [{
+        "name": "Check", "ansible.builtin.include_role": {"name": "gpuaas.apps.teardown_check"}, "vars": {
+            "teardown_check_units": ["gpuaas-oci-workload", "gpuaas-oci-gone"],
+            "teardown_check_paths": ["/etc/gpuaas-oci/workload.env", "/etc/gpuaas-oci/gone.env"],
+            "teardown_check_processes": ["conmon", "gpuaas-gone"],
+            "teardown_check_containers": ["gpuaas-oci-workload", "gpuaas-oci-gone"],
+            "teardown_check_images": [oci.refs["v1"], oci.refs["unsigned"]],
+            "teardown_check_policy_scopes": [f"{oci.registry.address}/{REPO}", f"{oci.registry.address}/gone"]}}]}]))
+    proc = subprocess.run([ANSIBLE_PLAYBOOK, "-i", str(oci.inventory(["r1"])), str(playbook)], capture_output=True,
+                          text=True, env=oci_env(), timeout=120, check=False)
+    assert proc.returncode != 0
+    found = re.search(r"Teardown left these behind on r1: ([^\"\n]*)", proc.stdout + proc.stderr)
+    assert found, proc.stdout[-3000:]
+    left = found.group(1).split("; ")
+    assert [x.split(" (pid")[0] for x in left] == [
+        "unit gpuaas-oci-workload is active/enabled", "path /etc/gpuaas-oci/workload.env", "process conmon",
+        "container gpuaas-oci-workload", f"image {oci.refs['v1']}",
+        f"policy scope {oci.registry.address}/{REPO} in /etc/containers/policy.json"], left
+
+
 def test_decommission_leaves_nothing(oci):
     oci.replicas = ["r1"]
     run = oci.playbook("oci_decommission")
