@@ -26,8 +26,8 @@ Each round, the order of its two parts alternating from round to round:
   then decommissioned.
 
 Deploy: accept (the operation's created_at; POST /deploy answered 202) -> `run.playbook_started` ->
-the end of the task that pulls and, on a host where nothing serves yet, starts the workload until its probe
-answers ("Trust the image's repository, pull the image, start it where nothing serves yet" ok) ->
+the end of the task that pulls and, on a host where the workload does not run yet, starts it until its probe
+answers ("Trust the image's repository, pull the image, start it where it does not run" ok) ->
 `apps.instance.running`. That task's duration and the moment the bench's own poller first got an answer are
 reported next to them.
 
@@ -74,8 +74,8 @@ IMAGES = ("v1", "v2", "v3")
 TERMINAL = ("succeeded", "failed", "canceled")
 TICK = 0.1
 REQUEST_TIMEOUT = 1.0
-# Where nothing serves yet (a deploy, a new member), this one task pulls, starts and waits for the probe.
-READY_TASK = "Trust the image's repository, pull the image, start it where nothing serves yet"
+# Where the workload does not run yet (a deploy, a new member), this one task pulls, starts and waits for the probe.
+READY_TASK = "Trust the image's repository, pull the image, start it where it does not run"
 TASK_ROWS = 8
 
 

@@ -10,13 +10,13 @@ from __future__ import absolute_import, division, print_function
 __metaclass__ = type
 
 from ansible.errors import AnsibleFilterError
-from ansible_collections.gpuaas.apps.plugins.module_utils.oci_steps import request_problems
+from ansible_collections.gpuaas.apps.plugins.module_utils.oci_steps import workload_problems
 
 
 def oci_request_problems(options):
     if not isinstance(options, dict):
         raise AnsibleFilterError("oci_request_problems expects the options of gpuaas.apps.oci_workload as a dict")
-    return request_problems(dict(options))
+    return workload_problems(dict(options))
 
 
 class FilterModule(object):

@@ -703,12 +703,12 @@ def look(podman, probe, container, state, timeout=None):
 RUNNING = {"State": {"Status": "running"}}
 
 
-def probe_once(podman, probe, container, unit_active=False):
+def probe_once(podman, probe, container, unit_running=None):
     """(ok, detail) for one look with ``probe`` (from normalize_probe()) at a workload whose container
-    is ``container``: ready when the container runs and the probe answers. ``unit_active``: systemd has just
-    said the workload's unit runs, so its container does, and an http or tcp look needs no podman call (about
-    0.1 s each)."""
-    if unit_active and probe["type"] in ("http", "tcp"):
+    is ``container``: ready when the container runs and the probe answers. ``unit_running``: a callable that says
+    whether the workload's unit runs (systemd, in milliseconds); an http or tcp look then needs no podman call
+    (about 0.1 s) while it does."""
+    if unit_running is not None and probe["type"] in ("http", "tcp") and unit_running():
         answer = look(podman, probe, container, RUNNING)
         return answer["ok"], "%s: %s" % (answer["target"], answer["answer"])
     state = podman.container(container)
@@ -728,10 +728,10 @@ def probe_once(podman, probe, container, unit_active=False):
 FIRST_LOOK_DELAY = 0.05
 
 
-def wait_ready(podman, probe, container, deadline=None, clock=time.monotonic, sleep=time.sleep, unit_active=False):
+def wait_ready(podman, probe, container, deadline=None, clock=time.monotonic, sleep=time.sleep, unit_running=None):
     """Probe until ready or ``deadline`` (seconds; the probe's own by default) runs out: (ok, attempts,
     seconds, detail of the last look). The delay between looks starts at FIRST_LOOK_DELAY and doubles up to
-    the probe's interval. ``unit_active`` as for probe_once(); a wait that ends unready then looks once more
+    the probe's interval. ``unit_running`` as for probe_once(); a wait that ends unready then looks once more
     with the container's state, which the detail reports."""
     limit = probe["deadline"] if deadline is None else deadline
     started = clock()
@@ -739,13 +739,13 @@ def wait_ready(podman, probe, container, deadline=None, clock=time.monotonic, sl
     delay = min(FIRST_LOOK_DELAY, probe["interval"])
     while True:
         attempts += 1
-        ok, detail = probe_once(podman, probe, container, unit_active)
+        ok, detail = probe_once(podman, probe, container, unit_running)
         elapsed = clock() - started
         if ok or elapsed + delay > limit:
             break
         sleep(delay)
         delay = min(delay * 2, probe["interval"])
-    if not ok and unit_active:
+    if not ok and unit_running is not None:
         ok, detail = probe_once(podman, probe, container)
     return ok, attempts, elapsed, detail
 

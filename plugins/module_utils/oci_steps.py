@@ -93,29 +93,81 @@ SERVICE_OPTIONS = ("name", "image", "command", "env", "network", "ports", "volum
                    "restart", "restart_sec", "stop_timeout", "gpus", "devices", "probe", "keep_images")
 
 
-def request_problems(params):
-    """Every problem of a workload's request that shows without its host (a tag instead of a digest, a bad
-    port, a probe without a port), one sentence each; [] when there is none. The playbooks ask this on the
-    control node, before any host is contacted; the modules check the same again on the host."""
-    checks = [
-        lambda: check_name(params.get("name")),
-        lambda: parse_reference(params.get("image")) if params.get("image") else None,
-        lambda: [_command_line(a) for a in params.get("command") or []],
-        lambda: env_file_text(params.get("env") or {}),
-        lambda: normalize_ports(params.get("ports")),
-        lambda: normalize_volumes(params.get("volumes")),
-        lambda: check_devices(params.get("devices")),
-        lambda: check_memory(params.get("memory")),
-        lambda: normalize_probe(params.get("probe")),
-        lambda: _numbers(params),
-    ]
+CHOICES = {"network": ("bridge", "host"), "restart": ("no", "on-failure", "always"), "gpus": ("auto", "none")}
+
+
+def _problems(checks):
+    """Runs (what, check) pairs; the problem sentences of those that raised. A value of the wrong shape (a
+    string where a list of ports belongs) is a problem too, not a crash."""
     problems = []
-    for check in checks:
+    for what, check in checks:
         try:
             check()
         except OciError as error:
             problems.append(str(error))
+        except (AttributeError, KeyError, TypeError, ValueError) as error:
+            problems.append("%s: not of the expected shape (%s)" % (what, error))
     return problems
+
+
+def request_problems(params):
+    """Every problem of a workload's service options (SERVICE_OPTIONS) that shows without its host (a tag instead
+    of a digest, a bad port, a probe without a port), one sentence each; [] when there is none."""
+    return _problems([
+        ("name", lambda: check_name(params.get("name"))),
+        ("image", lambda: parse_reference(params.get("image")) if params.get("image") else None),
+        ("command", lambda: [_command_line(a) for a in params.get("command") or []]),
+        ("env", lambda: env_file_text(_mapping("env", params.get("env") or {}))),
+        ("ports", lambda: normalize_ports(params.get("ports"))),
+        ("volumes", lambda: normalize_volumes(params.get("volumes"))),
+        ("devices", lambda: check_devices(params.get("devices"))),
+        ("memory", lambda: check_memory(params.get("memory"))),
+        ("probe", lambda: normalize_probe(params.get("probe"))),
+        ("numbers", lambda: _numbers(params)),
+        ("choices", lambda: _choices(params)),
+    ])
+
+
+def workload_problems(params):
+    """request_problems() and the rest of gpuaas.apps.oci_workload's request: an image, the trust, the pull's
+    credentials. The playbooks ask this on the control node, before any host is contacted; oci_workload
+    asks it again on the host before it changes anything."""
+    problems = request_problems(params)
+    if not params.get("image"):
+        problems.insert(0, "no image: name the image to run by digest (registry/repository@sha256:<64 hex digits>).")
+        return problems
+    checks = [
+        ("trust", lambda: _trust_choice(params.get("public_key"), params.get("unsigned"))),
+        ("insecure_registries", lambda: insecure_registries_text(params.get("insecure_registries") or [])),
+    ]
+    try:
+        reference = parse_reference(params["image"])
+    except OciError:
+        reference = None  # named above
+    if reference is not None:
+        checks += [("auth", lambda: check_auth(params.get("auth"), reference)),
+                   ("scope", lambda: check_scope(reference.name))]
+    return problems + _problems(checks)
+
+
+def _mapping(what, value):
+    if not isinstance(value, dict):
+        raise OciError("%s must be a mapping of names to values" % what)
+    return value
+
+
+def _choices(params):
+    for key, allowed in CHOICES.items():
+        if params.get(key) is not None and params[key] not in allowed:
+            raise OciError("%s %r: one of %s" % (key, params[key], ", ".join(allowed)))
+
+
+def _trust_choice(public_key, unsigned):
+    if not public_key and not unsigned:
+        raise OciError("public_key is required: images are accepted only when signed by it (unsigned=true "
+                       "accepts unsigned images instead, explicitly)")
+    if public_key and unsigned:
+        raise OciError("give either public_key or unsigned=true, not both")
 
 
 def _command_line(arg):
@@ -168,11 +220,7 @@ def trust(name, state, scopes, public_key=None, unsigned=False, insecure_registr
     if state == "present":
         if not given:
             raise OciError("state=present needs scopes (the repositories whose images must be signed)")
-        if not public_key and not unsigned:
-            raise OciError("public_key is required: images are accepted only when signed by it (unsigned=true "
-                           "accepts unsigned images instead, explicitly)")
-        if public_key and unsigned:
-            raise OciError("give either public_key or unsigned=true, not both")
+        _trust_choice(public_key, unsigned)
         new_policy = set_scopes(policy, given, requirement(None if unsigned else public_key))
         managed = sorted(set(recorded) | set(given))
         new_d = registries_d_text(managed, sigstore=not unsigned)
@@ -232,6 +280,7 @@ def pull_failure(reference, stderr, policy_path):
 
 
 def check_auth(auth, reference):
+    """The pull's credentials must be for the image's registry."""
     if auth and not str(reference).startswith(auth["registry"].rstrip("/") + "/"):
         raise OciError("the credentials are for registry %s, but image %s is in %s"
                        % (auth["registry"], reference, reference.registry))
@@ -422,8 +471,9 @@ def start(module, podman, systemd, params, check=False):
     if unit_changed:
         write_file(unit_path, unit, 0o644)
         systemd.run("daemon-reload")
-    # A unit that neither runs nor is enabled starts with its enabling: one systemctl call instead of two.
-    started_by_enable = not enabled and not running
+    # A new unit starts with its enabling: one systemctl call instead of two. Only a new one: a unit that is not
+    # active may still be activating or waiting to restart, and only a restart makes it run the new text.
+    started_by_enable = old_unit is None and not running
     if started_by_enable:
         rc, out, err = systemd.run("enable", "--now", unit_name(name), check=False)
     elif not enabled:
@@ -444,12 +494,13 @@ def start(module, podman, systemd, params, check=False):
     return result
 
 
-def wait(module, podman, name, probe, deadline=None, unit_active=False):
+def wait(module, podman, name, probe, deadline=None, systemd=None):
     """Probes the workload until it is ready or the deadline (the probe's own unless given) ran out; raises
-    StepFailed, with the unit's last log lines, when it was not ready in time. ``unit_active``: start() has just
-    succeeded, so systemd runs the unit (see oci.probe_once())."""
+    StepFailed, with the unit's last log lines, when it was not ready in time. With ``systemd``, whether the
+    container runs is asked of systemd (its unit active: milliseconds) instead of podman (about 0.1 s a look)."""
+    unit_running = (lambda: systemd.active(unit_name(name))) if systemd else None
     ready, attempts, seconds, detail = wait_ready(podman, probe, container_name(name), deadline,
-                                                  unit_active=unit_active)
+                                                  unit_running=unit_running)
     result = dict(ready=ready, attempts=attempts, seconds=round(seconds, 2), detail=detail, probe=probe)
     if not ready:
         limit = probe["deadline"] if deadline is None else deadline

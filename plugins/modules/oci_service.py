@@ -101,6 +101,12 @@ retired_images:
   type: list
   elements: str
   sample: []
+images:
+  description: With V(absent), every image the workload's record listed (and O(image)), removed now or before.
+  returned: when state is absent
+  type: list
+  elements: str
+  sample: []
 removed:
   description: What V(absent) removed (unit, container, files).
   returned: when state is absent

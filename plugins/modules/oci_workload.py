@@ -16,11 +16,11 @@ description:
     M(gpuaas.apps.oci_probe) do one step at a time, with the same code and the same results. Every option is
     checked against this host (volume sources, devices, podman) before anything changes.
   - O(state=pulled) requires signatures by O(public_key) for the image's repository, pulls the image by digest
-    unless the host has it, and records it for the workload; a serving container is left alone. It reports
+    unless the host has it, and records it for the workload; a running container is left alone. It reports
     in RV(start_pending) whether O(state=started) would change anything (the unit, the environment, the record,
-    a container that does not run or does not answer its probe now). With O(start_idle), a workload that
-    serves nothing on the host starts right away. The gpuaas.apps OCI playbooks run it so on every host first,
-    then O(state=started) one serving host at a time, only where a start is pending.
+    a container that does not run or does not answer its probe now). With O(start_idle), a workload whose unit
+    does not run on the host starts right away. The gpuaas.apps OCI playbooks run it so on every host first,
+    then O(state=started) one running replica at a time, only where a start is pending.
   - O(state=started) does the same, then runs the workload as its systemd unit (a changed unit or environment
     restarts it), then waits until its probe answers; it fails at the probe's deadline with the last answer and
     the unit's last log lines.
@@ -82,9 +82,9 @@ options:
     default: true
   start_idle:
     description:
-      - With V(pulled), where the workload serves nothing on this host (its unit does not run, or its probe does
-        not answer), go on as V(started) does, in the same module run. Nobody is served by such a replica, so it
-        needs no turn in a rolling restart; a serving one is left alone.
+      - With V(pulled), where the workload's unit does not run on this host, go on as V(started) does, in the same
+        module run. Nobody is served by such a replica, so it needs no turn in a rolling restart; one whose unit
+        runs is left alone.
     type: bool
     default: false
 notes:
@@ -96,7 +96,7 @@ extends_documentation_fragment:
 """
 
 EXAMPLES = r"""
-- name: Trust and pull on every host first; start where nothing serves yet, leave serving containers alone
+- name: Trust and pull on every host first; start where the unit does not run, leave running ones alone
   gpuaas.apps.oci_workload:
     name: web
     state: pulled
@@ -106,7 +106,7 @@ EXAMPLES = r"""
     probe: {type: http, port: 8080, path: /healthz}
   register: web_pulled
 
-- name: Then restart the serving ones where something changed, one at a time, each until it answers
+- name: Then restart the running ones where something changed, one at a time, each until it answers
   gpuaas.apps.oci_workload:
     name: web
     image: registry.example.com/team/web@sha256:4d4f...e1
@@ -142,10 +142,10 @@ start_pending:
   returned: when state is pulled
   type: bool
   sample: true
-serving:
+running:
   description:
-    - With V(pulled), whether the workload serves now (its unit runs and its probe answers). The playbooks start
-      the replicas that do not serve all at once, and restart serving ones one at a time.
+    - With V(pulled), whether the workload's unit runs on this host (it may serve clients, so it waits for its turn
+      in a rolling restart; a replica whose unit does not run serves nobody).
   returned: when state is pulled
   type: bool
   sample: true
@@ -156,19 +156,35 @@ start_reason:
   sample: the unit changed
 restarted:
   description: Whether this run (re)started the service.
-  returned: when state is started, or pulled with O(start_idle)
+  returned: when state is started, or pulled with O(start_idle) on a host where the unit did not run
   type: bool
   sample: true
 ready:
   description: Whether the workload answered its probe.
-  returned: when it was started
+  returned: when it was started and waited for (O(wait))
   type: bool
   sample: true
 detail:
   description: What the last probe found.
-  returned: when it was started
+  returned: when it was started and waited for (O(wait))
   type: str
   sample: "GET http://127.0.0.1:8080/healthz: HTTP 200"
+attempts:
+  description: How many looks the wait took.
+  returned: when it was started and waited for (O(wait))
+  type: int
+  sample: 2
+seconds:
+  description: How long the wait took.
+  returned: when it was started and waited for (O(wait))
+  type: float
+  sample: 0.06
+probe:
+  description: The probe waited for.
+  returned: when it was started and waited for (O(wait))
+  type: dict
+  sample: {type: http, port: 8080, path: /healthz, host: 127.0.0.1, status: [200, 399], timeout: 2.0, interval: 1.0,
+           deadline: 120.0}
 retired_images:
   description: Images removed from the host (older than the kept ones, or all of them when absent).
   returned: always
@@ -207,16 +223,14 @@ from ansible_collections.gpuaas.apps.plugins.module_utils.oci import (  # noqa: 
     container_name,
     normalize_probe,
     parse_reference,
-    read_json,
-    record_path,
     look,
 )
 from ansible_collections.gpuaas.apps.plugins.module_utils.oci_steps import (  # noqa: E402
     Systemd,
-    StepFailed,
     image,
     remove,
     service_spec,
+    workload_problems,
     start,
     trust,
     wait,
@@ -228,51 +242,50 @@ def as_list(diff):
 
 
 def pending_start(module, podman, systemd, params):
-    """(pending, serving, reason): whether a start would change anything, and whether the workload serves now
-    (its unit runs and its probe answers), found without changing anything."""
+    """(pending, running, reason): whether a start would change anything, and whether the workload's unit runs
+    now, found without changing anything. A running replica may serve clients, answering or not: it waits for
+    its turn in a rolling restart. One whose unit does not run serves nobody."""
     plan = start(module, podman, systemd, params, check=True)
     running = podman.available() and systemd.active(plan["unit"])
-    answer = None
-    if running:
-        # Whether it serves is for the probe it runs with (its record's): a request that changes the probe does not
-        # make a serving replica idle. The unit is active, so its container runs: an http or tcp look needs no
-        # podman call.
-        current = (read_json(record_path(params["name"])) or {}).get("probe") or params["probe"]
-        answer = look(podman, normalize_probe(current), container_name(params["name"]), RUNNING)
-    serving = bool(answer and answer["ok"])
-    detail = "%s: %s" % (answer["target"], answer["answer"]) if answer else "its unit does not run"
     if plan["restarted"]:
-        return True, serving, "the unit or its environment changed, or the container does not run (%s)" % detail
+        return True, running, ("the unit or its environment changed" if running else "its unit does not run")
     if plan["changed"]:
-        return True, serving, "the unit is not enabled, or the record or the kept images change"
-    if serving:
-        return False, serving, "nothing: it runs and answers (%s)" % detail
-    return True, serving, "it does not answer: %s" % detail
+        return True, running, "the unit is not enabled, or the record or the kept images change"
+    # The unit is active, so its container runs: an http or tcp look needs no podman call.
+    answer = look(podman, normalize_probe(params["probe"]), container_name(params["name"]), RUNNING)
+    detail = "%s: %s" % (answer["target"], answer["answer"])
+    if answer["ok"]:
+        return False, running, "nothing: it runs and answers (%s)" % detail
+    return True, running, "it does not answer: %s" % detail
 
 
-def prepared(module, podman, systemd):
-    """Trust and pull, after every option was checked against this host: the steps before a start."""
+def prepared(module, podman, systemd, result):
+    """Trust and pull, after every option was checked, the request's first, then against this host: the steps
+    before a start. Adds what it did to ``result``."""
     p, check = module.params, module.check_mode
+    problems = workload_problems(p)
+    if problems:
+        raise OciError(" ".join(problems))
     if not podman.available() and not check:
         raise OciError(PODMAN_MISSING)
     service_spec(p, podman.path if podman.available() else "/usr/bin/podman")
     reference = parse_reference(p["image"])
     trusted = trust(p["name"], "present", [reference.name], p["public_key"], p["unsigned"],
                     p["insecure_registries"], check)
+    result.update(trust_changed=trusted["changed"], changed=trusted["changed"], diff=trusted["diff"])
     pulled = image(module, podman, reference, "present", p["auth"], p["auth_dir"], p["name"], check=check)
-    return dict(image=pulled["image"], pulled=pulled["pulled"], trust_changed=trusted["changed"], retired_images=[],
-                changed=trusted["changed"] or pulled["changed"], diff=trusted["diff"] + as_list(pulled["diff"]))
+    result.update(image=pulled["image"], pulled=pulled["pulled"], changed=result["changed"] or pulled["changed"],
+                  diff=result["diff"] + as_list(pulled["diff"]))
 
 
 def started(module, podman, systemd, result):
-    """Runs the unit and waits until the workload answers; adds what it did to ``result`` (from prepared())."""
+    """Runs the unit and waits until the workload answers; adds what it did to ``result``."""
     p = module.params
     done = start(module, podman, systemd, p, module.check_mode)
     result.update(restarted=done["restarted"], retired_images=done["retired_images"], warnings=done["warnings"],
                   changed=result["changed"] or done["changed"], diff=result["diff"] + done["diff"])
     if p["wait"] and not module.check_mode:
-        # start() succeeded, so systemd runs the unit.
-        result.update(wait(module, podman, p["name"], normalize_probe(p["probe"]), unit_active=True))
+        result.update(wait(module, podman, p["name"], normalize_probe(p["probe"]), systemd=systemd))
 
 
 def absent(module, podman, systemd):
@@ -333,24 +346,25 @@ def main():
         supports_check_mode=True,
     )
     p = module.params
+    # Filled step by step, so that a failure still reports what the steps before it changed.
+    result = dict(changed=False, retired_images=[], diff=[])
     try:
         podman, systemd = Podman(module), Systemd(module)
         if p["state"] == "absent":
             result = absent(module, podman, systemd)
         else:
-            result = prepared(module, podman, systemd)
+            prepared(module, podman, systemd, result)
             if p["state"] == "pulled":
-                pending, serving, reason = pending_start(module, podman, systemd, p)
-                result.update(start_pending=pending, serving=serving, start_reason=reason)
-                if pending and not serving and p["start_idle"]:
+                pending, running, reason = pending_start(module, podman, systemd, p)
+                result.update(start_pending=pending, running=running, start_reason=reason)
+                if pending and not running and p["start_idle"]:
                     started(module, podman, systemd, result)
                     result["start_pending"] = False
             else:
                 started(module, podman, systemd, result)
-    except StepFailed as error:
-        module.fail_json(msg=str(error), **error.result)
     except OciError as error:
-        module.fail_json(msg=str(error))
+        result.pop("warnings", None)
+        module.fail_json(msg=str(error), **dict(result, **getattr(error, "result", {})))
     for warning in result.pop("warnings", []):
         module.warn(warning)
     module.exit_json(**result)

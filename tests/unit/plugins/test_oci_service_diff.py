@@ -257,18 +257,18 @@ def test_oci_workload_absent_removes_the_workload_and_its_trust(node):
     assert not again["changed"] and again["removed"] == [], again
 
 
-def test_oci_workload_pulled_with_start_idle_starts_where_nothing_serves_and_leaves_a_serving_one_alone(node):
-    """The playbooks' first step: a host where nothing serves starts in the same module run; where the workload
-    serves, an upgrade is only pulled (the rolling restart comes after)."""
+def test_oci_workload_pulled_with_start_idle_starts_where_the_unit_does_not_run_and_leaves_a_running_one_alone(node):
+    """The playbooks' first step: a host where the workload's unit does not run starts it in the same module run;
+    where it runs, an upgrade is only pulled (the rolling restart comes after)."""
     old, new = node.refs
     first = node.module("oci_workload", workload_args(old, state="pulled", start_idle=True))
     assert first["changed"] and first["restarted"] and first["ready"], first
-    assert not first["serving"] and not first["start_pending"], first
+    assert not first["running"] and not first["start_pending"], first
     assert node.version() == VERSIONS[0]
     running = node.container()["Id"]
 
     upgrade = node.module("oci_workload", workload_args(new, state="pulled", start_idle=True))
-    assert upgrade["changed"] and upgrade["pulled"] and upgrade["serving"] and upgrade["start_pending"], upgrade
+    assert upgrade["changed"] and upgrade["pulled"] and upgrade["running"] and upgrade["start_pending"], upgrade
     assert "restarted" not in upgrade and node.container()["Id"] == running and node.version() == VERSIONS[0]
 
     assert node.module("oci_workload", dict(name=NAME, state="absent"))["changed"]
