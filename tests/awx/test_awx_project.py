@@ -21,7 +21,7 @@ LIFECYCLE = sorted(p.stem for p in (ROOT / "playbooks").glob("slurm_*.yml"))
 JOB_TEMPLATES = sorted(f"playbooks/{p.name}" for p in (ROOT / "playbooks").glob("*.yml"))
 # Files AWX lists too, although they are no job templates (docs/awx.md names them): molecule scenarios, test
 # playbooks and the YAML example inventories (their `hosts:` keys match AWX's playbook pattern).
-LISTED_BUT_NOT_JOB_TEMPLATES = ("molecule/", "tests/", "inventories/")
+LISTED_BUT_NOT_JOB_TEMPLATES = ("molecule/", "tests/", "inventories/", "bench/")
 SURVEY_TYPES = {"text", "textarea", "password", "integer", "float", "multiplechoice", "multiselect"}
 
 
