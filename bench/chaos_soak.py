@@ -152,6 +152,9 @@ class Soak:
         self.busy_instances: set[str] = set()
         self.in_flight = 0
         self.stop_ops = threading.Event()
+        # The faults that come first (--first-faults): operations go on past --operations until each has hit the
+        # platform, so that a soak whose operations finish early (fast playbooks) still meets them.
+        self.first_faults_left = list(args.first_faults)
         self.faults: list[dict] = []
         self.host_faults: list[HostFault] = []
         self.workers: list = []  # every worker Popen started, live or dead
@@ -352,7 +355,7 @@ class Soak:
         """One of --concurrency threads: choose, run, repeat until --operations were accepted."""
         while not self.stop_ops.is_set():
             with self.lock:
-                if self.counts.accepted + self.in_flight >= self.args.operations:
+                if self.counts.accepted + self.in_flight >= self.args.operations and not self.first_faults_left:
                     return
                 self.in_flight += 1
             op = None
@@ -451,7 +454,7 @@ class Soak:
 
     def fault_loop(self, drivers: list) -> None:
         a = self.args
-        first = list(a.first_faults)
+        first = self.first_faults_left
         next_at = time.monotonic() + self.rng.uniform(0.3, 1.0) * a.fault_every
         while any(not t.done() for t in drivers):
             now = time.monotonic()
