@@ -88,6 +88,43 @@ class Systemd:
         return self.run("is-enabled", "--quiet", unit, check=False)[0] == 0
 
 
+# ---- the modules' arguments ------------------------------------------------------------------------
+def service_argument_spec():
+    """The argument spec of how the container runs (oci_service and oci_workload; documented in the doc fragment
+    gpuaas.apps.oci_service_options), a fresh copy each call."""
+    return dict(
+        command=dict(type="list", elements="str", default=[]),
+        env=dict(type="dict", default={}),
+        network=dict(type="str", choices=["bridge", "host"], default="bridge"),
+        ports=dict(type="list", elements="dict", default=[], options=dict(
+            host_port=dict(type="int"), container_port=dict(type="int"),
+            protocol=dict(type="str", default="tcp"), host_ip=dict(type="str"))),
+        volumes=dict(type="list", elements="dict", default=[], options=dict(
+            source=dict(type="path", required=True), target=dict(type="str", required=True),
+            read_only=dict(type="bool", default=False))),
+        cpus=dict(type="float"),
+        memory=dict(type="str"),
+        cgroups=dict(type="bool", default=True),
+        restart=dict(type="str", choices=["no", "on-failure", "always"], default="on-failure"),
+        restart_sec=dict(type="int", default=5),
+        stop_timeout=dict(type="int", default=10),
+        gpus=dict(type="str", choices=["auto", "none"], default="auto"),
+        devices=dict(type="list", elements="str", default=[]),
+        probe=dict(type="dict", default={}),
+        keep_images=dict(type="int", default=1),
+    )
+
+
+def auth_argument_spec():
+    """A pull's registry credentials (oci_image and oci_workload). Only the password is secret: no_log on the
+    whole dict would also mask the registry's address wherever it appears in the result."""
+    return dict(type="dict", no_log=False, options=dict(
+        registry=dict(type="str", required=True),
+        username=dict(type="str", required=True),
+        password=dict(type="str", required=True, no_log=True),
+    ))
+
+
 # ---- the request, checked without the host -----------------------------------------------------------
 SERVICE_OPTIONS = ("name", "image", "command", "env", "network", "ports", "volumes", "cpus", "memory", "cgroups",
                    "restart", "restart_sec", "stop_timeout", "gpus", "devices", "probe", "keep_images")

@@ -127,7 +127,7 @@ removed:
 
 from ansible.module_utils.basic import AnsibleModule  # noqa: E402 - Ansible modules import after their documentation
 from ansible_collections.gpuaas.apps.plugins.module_utils.oci import OciError, Podman, check_name, parse_reference  # noqa: E402
-from ansible_collections.gpuaas.apps.plugins.module_utils.oci_steps import image  # noqa: E402
+from ansible_collections.gpuaas.apps.plugins.module_utils.oci_steps import auth_argument_spec, image  # noqa: E402
 
 
 def main():
@@ -135,13 +135,7 @@ def main():
         argument_spec=dict(
             name=dict(type="str", required=True),
             state=dict(type="str", choices=["present", "absent"], default="present"),
-            # Only the password is secret: no_log on the whole dict would also mask the registry's address
-            # wherever it appears in the result (the image reference, messages).
-            auth=dict(type="dict", no_log=False, options=dict(
-                registry=dict(type="str", required=True),
-                username=dict(type="str", required=True),
-                password=dict(type="str", required=True, no_log=True),
-            )),
+            auth=auth_argument_spec(),
             auth_dir=dict(type="path", default="/run"),
             service=dict(type="str"),
             policy_path=dict(type="path", default="/etc/containers/policy.json"),

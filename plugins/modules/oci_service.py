@@ -117,7 +117,13 @@ removed:
 
 from ansible.module_utils.basic import AnsibleModule  # noqa: E402 - Ansible modules import after their documentation
 from ansible_collections.gpuaas.apps.plugins.module_utils.oci import OciError, Podman  # noqa: E402
-from ansible_collections.gpuaas.apps.plugins.module_utils.oci_steps import Systemd, StepFailed, remove, start  # noqa: E402
+from ansible_collections.gpuaas.apps.plugins.module_utils.oci_steps import (  # noqa: E402
+    StepFailed,
+    Systemd,
+    remove,
+    service_argument_spec,
+    start,
+)
 
 
 def main():
@@ -126,25 +132,7 @@ def main():
             name=dict(type="str", required=True),
             state=dict(type="str", choices=["started", "absent"], default="started"),
             image=dict(type="str"),
-            command=dict(type="list", elements="str", default=[]),
-            env=dict(type="dict", default={}),
-            network=dict(type="str", choices=["bridge", "host"], default="bridge"),
-            ports=dict(type="list", elements="dict", default=[], options=dict(
-                host_port=dict(type="int"), container_port=dict(type="int"),
-                protocol=dict(type="str", default="tcp"), host_ip=dict(type="str"))),
-            volumes=dict(type="list", elements="dict", default=[], options=dict(
-                source=dict(type="path", required=True), target=dict(type="str", required=True),
-                read_only=dict(type="bool", default=False))),
-            cpus=dict(type="float"),
-            memory=dict(type="str"),
-            cgroups=dict(type="bool", default=True),
-            restart=dict(type="str", choices=["no", "on-failure", "always"], default="on-failure"),
-            restart_sec=dict(type="int", default=5),
-            stop_timeout=dict(type="int", default=10),
-            gpus=dict(type="str", choices=["auto", "none"], default="auto"),
-            devices=dict(type="list", elements="str", default=[]),
-            probe=dict(type="dict", default={}),
-            keep_images=dict(type="int", default=1),
+            **service_argument_spec(),
         ),
         required_if=[("state", "started", ["image"])],
         supports_check_mode=True,
