@@ -135,7 +135,8 @@ def main() -> int:
         version = publish_test_app(w)
         with database.transaction() as conn:
             digest = get_version_by_id(conn, version["id"])["artifact_digest"]
-        collections = installed_collection(embedded_store(settings.state_dir), digest, cache_root(settings.state_dir))
+        collections = installed_collection(embedded_store(settings.state_dir, database), digest,
+                                           cache_root(settings.state_dir))
         w.call("platform_admin", "POST", f"/v1/projects/{w.ids['project_a1']}/entitlements", 201,
                json={"app_slug": TEST_APP})
         # a host serves one instance: two hosts for each of the 1 + 2 streams' instances

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import logging
 from contextlib import asynccontextmanager
 
 import h11
@@ -19,7 +20,7 @@ from .audit.routes import api as audit_api
 from .catalog.routes import api as catalog_api
 from .config import Settings
 from .console import api as console_api
-from .content.routes import STREAMED_PREFIX
+from .content.routes import STREAMED_PREFIX, content_store
 from .content.routes import api as content_api
 from .correlation import CorrelationMiddleware
 from .executor import runner
@@ -33,6 +34,8 @@ from .policy.routes import api as policy_api
 from .registry.routes import api as registry_api
 from .scheduler.routes import api as scheduler_api
 from .sharing.routes import api as sharing_api
+
+log = logging.getLogger(__name__)
 
 ROUTERS = [iam_api, catalog_api, policy_api, allocations_api, instances_api, operations_api, audit_api, admin_api,
            content_api, registry_api, scheduler_api, access_api, sharing_api, usage_api]
@@ -123,6 +126,10 @@ def create_app(database: dbmod.Database | None = None, settings: Settings | None
             owned = dbmod.Database(url, min_size=cfg.pool_min, max_size=cfg.pool_max, timeout=cfg.pool_timeout)
             owned.open()
             app.state.db = owned
+            # Content this machine kept on disk before the database held it: every replica needs it.
+            saved = content_store(app).publish_local()
+            if saved:
+                log.info("saved %d blob(s) of this machine's content store into the database", len(saved))
         try:
             yield
         finally:

@@ -410,8 +410,6 @@ class Demo:
         _stop_postgres(self.state_dir / "postgres")
         if self.postgres is not None:  # restart_postgres started it: this process owns it
             self.postgres.stop()
-        # The registry token signing key is no use once the service is gone: it does not outlive the run.
-        (self.state_dir / "registry-token.pem").unlink(missing_ok=True)
         testhosts.down(self.prefix)
 
 

@@ -34,6 +34,8 @@ ERROR_CODES: dict[str, int] = {
     "validation_error": 422,
     "quota_exceeded": 429,
     "database_unavailable": 503, "not_ready": 503,
+    # replicas that disagree on a shared setting (every replica and worker needs the same GPUAAS_SECRET_KEY)
+    "service_misconfigured": 503,
     "http_error": 500,
     # database constraints that slip past validation
     "already_exists": 409, "invalid_reference": 422, "constraint_violation": 422, "invalid_value": 422,
@@ -75,7 +77,9 @@ ERROR_CODES: dict[str, int] = {
 ErrorCode = Literal[
     "bad_request", "invalid_cursor", "unauthenticated", "forbidden", "not_found", "method_not_allowed", "conflict",
     "payload_too_large", "unsupported_media_type", "validation_error", "quota_exceeded", "database_unavailable",
-    "not_ready", "http_error", "already_exists", "invalid_reference", "constraint_violation", "invalid_value",
+    "not_ready", "service_misconfigured", "http_error", "already_exists", "invalid_reference",
+    "constraint_violation", "invalid_value",
+    "constraint_violation", "invalid_value",
     "already_bootstrapped", "last_platform_admin", "invalid_principal", "invalid_scope", "unknown_role",
     "token_lifetime_exceeded", "artifact_in_use", "no_active_version", "artifact_content_missing",
     "artifact_digest_mismatch", "artifact_mismatch", "artifact_retired", "invalid_digest", "reference_not_pinned",

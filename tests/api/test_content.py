@@ -51,8 +51,8 @@ def blobs(store: ContentStore) -> list[str]:
 # Store and routes ---------------------------------------------------------------------------------
 
 @pytest.fixture
-def store(app, tmp_path) -> ContentStore:
-    app.state.content_store = ContentStore(tmp_path / "content")
+def store(app, database, tmp_path) -> ContentStore:
+    app.state.content_store = ContentStore(tmp_path / "content", database)
     return app.state.content_store
 
 
@@ -164,6 +164,62 @@ def test_store_operations(tmp_path):
     blob.write_bytes(b"bit rot")
     with pytest.raises(DigestMismatch):
         store.verify(digest)
+
+
+# The database holds the content: every machine's copy comes from it ---------------------------------
+
+def test_content_uploaded_on_one_machine_is_read_on_another_by_digest(world, store, database, tmp_path):
+    data = os.urandom((2 << 20) + 17)  # three chunks
+    digest = digest_of(data)
+    world.call("platform_admin", "PUT", f"/v1/content/{digest}", 201, content=data)
+    other = ContentStore(tmp_path / "other-machine", database)  # no disk in common with the replica
+    assert other.has(digest) and other.size(digest) == len(data) and blobs(other) == []
+    assert other.verify(digest).read_bytes() == data
+    assert blobs(other) == [parse_digest(digest)]
+    # the same bytes uploaded through another replica: already stored, no second copy in the database
+    assert ContentStore(tmp_path / "third", database).put_stream([data], digest) is False
+    with database.transaction() as conn:
+        assert conn.execute("SELECT count(*) AS n FROM content_chunks WHERE digest = %s",
+                            (digest,)).fetchone()["n"] == 3
+
+
+def test_a_tampered_database_copy_is_refused_and_nothing_is_kept(world, store, database, tmp_path):
+    data = os.urandom(4096)
+    digest = digest_of(data)
+    world.call("platform_admin", "PUT", f"/v1/content/{digest}", 201, content=data)
+    with database.transaction() as conn:
+        conn.execute("UPDATE content_chunks SET data = %s WHERE digest = %s", (b"x" + data[1:], digest))
+    other = ContentStore(tmp_path / "other-machine", database)
+    with pytest.raises(DigestMismatch):
+        other.path(digest)
+    assert blobs(other) == []  # not even a temporary file
+    with pytest.raises(ContentMissing):
+        other.path(digest_of(b"never uploaded"))
+
+
+def test_a_tampered_local_copy_is_fetched_again_from_the_database(world, store, database, tmp_path, caplog):
+    data = os.urandom(4096)
+    digest = digest_of(data)
+    world.call("platform_admin", "PUT", f"/v1/content/{digest}", 201, content=data)
+    blob = store.path(digest)
+    blob.chmod(0o644)
+    blob.write_bytes(b"bit rot")
+    with caplog.at_level(logging.WARNING):
+        assert store.verify(digest).read_bytes() == data
+    assert "fetching it again from the database" in caplog.text
+
+
+def test_content_kept_on_disk_before_the_database_held_it_is_saved_there(database, tmp_path):
+    local = ContentStore(tmp_path / "content")  # a store of the earlier kind: the disk alone
+    digest, rotten = digest_of(b"an older build"), digest_of(b"rotten")
+    assert local.put_stream([b"an older build"], digest) and local.put_stream([b"rotten"], rotten)
+    local.path(rotten).chmod(0o644)
+    local.path(rotten).write_bytes(b"changed on disk")
+    shared = ContentStore(tmp_path / "content", database)
+    assert shared.publish_local() == [digest]
+    assert shared.publish_local() == []
+    elsewhere = ContentStore(tmp_path / "elsewhere", database)
+    assert elsewhere.path(digest).read_bytes() == b"an older build" and not elsewhere.has(rotten)
 
 
 # Installed collections ----------------------------------------------------------------------------

@@ -12,11 +12,14 @@ from uuid import UUID
 import jwt
 import pytest
 from cryptography import x509
+from cryptography.fernet import Fernet
 from cryptography.hazmat.primitives.serialization import Encoding
+from fastapi.testclient import TestClient
+from gpuaas_api.app import create_app
 from gpuaas_api.config import OperationSettings
 from gpuaas_api.executor import plan as planner
 from gpuaas_api.instances import service as instances
-from gpuaas_api.registry import credentials
+from gpuaas_api.registry import credentials, tokens
 
 from .test_workloads import ADAPTER, artifact, create, image, publish, setup_app, version
 
@@ -100,3 +103,44 @@ def test_no_credential_for_a_registry_the_service_does_not_authorize(database, a
         run = planner.build(conn, settings, {"id": UUID(op["id"]), "kind": "deploy", "params": {}, "member_ids": []},
                             instances.get_instance(conn, UUID(inst["id"])))
     assert "oci_workload_pull" not in run.secret_vars and run.extravars["oci_workload_image"].startswith(REGISTRY)
+
+
+def replica(database, tmp_path, name: str, secret_key: str | None) -> TestClient:
+    """Another serve replica on the same database, with a disk of its own."""
+    other = create_app(database)
+    other.state.operation_settings = OperationSettings(state_dir=tmp_path / name, secret_key=secret_key)
+    return TestClient(other, raise_server_exceptions=False)
+
+
+def test_every_replica_signs_with_the_one_key_in_the_database(world, database, tmp_path):
+    key = Fernet.generate_key().decode()
+    token = world.tokens["platform_admin"]
+    bundles = []
+    for name in ("replica-a", "replica-b"):
+        with replica(database, tmp_path, name, key) as client:
+            got = client.get("/v1/registry/certificate", headers={"Authorization": f"Bearer {token}"})
+            assert got.status_code == 200, got.text
+            bundles.append(got.json()["rootcertbundle"])
+        assert not (tmp_path / name / "registry-token.pem").exists()  # nothing of it on a replica's disk
+    assert bundles[0] == bundles[1]
+    with database.transaction() as conn:
+        (row,) = conn.execute("SELECT sealed FROM service_keys WHERE name = 'registry_token_signer'").fetchall()
+    assert b"PRIVATE KEY" not in bytes(row["sealed"])  # sealed with the secret key
+
+    # A replica with another secret key cannot read it: it says so rather than sign with a key of its own.
+    with replica(database, tmp_path, "replica-c", Fernet.generate_key().decode()) as client:
+        got = client.get("/v1/registry/certificate", headers={"Authorization": f"Bearer {token}"})
+    assert got.status_code == 503 and got.json()["error"]["code"] == "service_misconfigured"
+    assert "same GPUAAS_SECRET_KEY" in got.json()["error"]["message"]
+
+
+def test_a_key_made_before_the_database_kept_it_stays_the_key(world, database, tmp_path):
+    earlier = tmp_path / "replica-a" / "registry-token.pem"
+    earlier.parent.mkdir()
+    earlier.write_bytes(tokens._new_pem())
+    with replica(database, tmp_path, "replica-a", Fernet.generate_key().decode()) as client:
+        got = client.get("/v1/registry/certificate",
+                         headers={"Authorization": f"Bearer {world.tokens['platform_admin']}"})
+    assert got.status_code == 200
+    assert got.json()["rootcertbundle"] == x509.load_pem_x509_certificate(earlier.read_bytes()).public_bytes(
+        Encoding.PEM).decode()

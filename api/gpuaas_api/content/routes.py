@@ -5,7 +5,7 @@ GPUAAS_MAX_CONTENT_BYTES) and is kept only when the bytes hash to the digest in 
 
 from __future__ import annotations
 
-from typing import Annotated
+from typing import Annotated, Any
 
 from fastapi import FastAPI, Path, Request, Response
 from fastapi.responses import FileResponse
@@ -34,11 +34,12 @@ class StoredContent(BaseModel):
 
 
 def content_store(app: FastAPI) -> ContentStore:
-    """The app's store: app.state.content_store if set, else the embedded one under the state dir."""
+    """The app's store: app.state.content_store if set, else the database's, with this machine's copies
+    under the state dir."""
     store = getattr(app.state, "content_store", None)
     if store is None:
         settings = getattr(app.state, "operation_settings", None) or OperationSettings()
-        store = app.state.content_store = embedded_store(settings.state_dir)
+        store = app.state.content_store = embedded_store(settings.state_dir, app.state.db)
     return store
 
 
@@ -78,17 +79,17 @@ async def put_content(digest: DigestPath, request: Request, response: Response, 
 
 def _commit(db, caller, upload, digest: str) -> bool:
     with db.transaction() as conn:
-        created = upload.commit()[1]
+        created = upload.commit(conn)[1]
         if created:
             audit.record(conn, caller, "apps.catalog.content.upload", "content", digest,
                          after={"digest": digest, "size": upload.size})
     return created
 
 
-def _stored(request: Request, caller, digest: str):
+def _stored(request: Request, caller, digest: str, read) -> Any:
     caller.require("apps.catalog.write")
     try:
-        return content_store(request.app).path(digest)
+        return read(content_store(request.app), digest)
     except ContentMissing:
         raise errors.not_found("content", digest) from None
 
@@ -97,14 +98,14 @@ def _stored(request: Request, caller, digest: str):
           responses={200: {"description": "Stored (Content-Length: its size)"}})
 def head_content(digest: DigestPath, request: Request, caller: Caller):
     """Whether the store holds this digest."""
-    path = _stored(request, caller, digest)
+    size = _stored(request, caller, digest, ContentStore.size)
     return Response(status_code=200, media_type="application/octet-stream",
-                    headers={"Content-Length": str(path.stat().st_size), "ETag": f'"{digest}"'})
+                    headers={"Content-Length": str(size), "ETag": f'"{digest}"'})
 
 
 @api.get("/v1/content/{digest}", operation_id="content_get", response_class=FileResponse,
          responses={200: {"content": _BYTES, "description": "The stored bytes"}})
 def get_content(digest: DigestPath, request: Request, caller: Caller):
     """The stored bytes. They hashed to the digest when stored; whoever runs them verifies them again."""
-    return FileResponse(_stored(request, caller, digest), media_type="application/octet-stream",
+    return FileResponse(_stored(request, caller, digest, ContentStore.path), media_type="application/octet-stream",
                         headers={"ETag": f'"{digest}"'})

@@ -7,6 +7,7 @@ from pathlib import Path
 from ..config import OperationSettings
 from ..content.collections import CollectionError, cache_root, installed_collection
 from ..content.store import ContentMissing, DigestMismatch, embedded_store
+from ..db import Database
 from .plan import RunPlan
 
 
@@ -16,14 +17,15 @@ class ContentRefused(Exception):
         self.code = code
 
 
-def run_content(settings: OperationSettings, plan: RunPlan) -> Path:
+def run_content(settings: OperationSettings, db: Database, plan: RunPlan) -> Path:
     """The installed collection the run executes: the version's artifact, fetched from the content
-    store by digest and verified (every run) before any host is touched."""
+    store (the database, through this machine's copy) by digest and verified (every run) before any host
+    is touched."""
     if plan.content_digest is None:
         raise ContentRefused("artifact_not_runnable", "the app version's artifact is not a collection build; "
                              "there is nothing to run")
     try:
-        return installed_collection(embedded_store(settings.state_dir), plan.content_digest,
+        return installed_collection(embedded_store(settings.state_dir, db), plan.content_digest,
                                     cache_root(settings.state_dir))
     except ContentMissing:
         raise ContentRefused("artifact_content_missing", f"the content store has no {plan.content_digest}; "

@@ -220,7 +220,7 @@ class Worker:
                 return self._finish(op, slot, "failed", {"code": refusal.code, "message": refusal.message,
                                                          "details": refusal.details})
             try:
-                collections_path = run_content(self.settings, plan)
+                collections_path = run_content(self.settings, self.db, plan)
             except ContentRefused as exc:
                 return self._finish(op, slot, "failed", {"code": exc.code, "message": str(exc)})
         sink = _EventSink(self.db, instance, op["correlation_id"], self.stop)

@@ -87,7 +87,7 @@ class HealthChecker:
         try:
             with self.db.transaction() as conn:
                 plan = planner.status_plan(conn, self.settings, instance)
-            collections_path = run_content(self.settings, plan)
+            collections_path = run_content(self.settings, self.db, plan)
         except (ApiError, ContentRefused) as exc:
             log.info("health: instance %s cannot be checked: %s", instance["id"], exc)
             metrics.health_checked("skipped", time.monotonic() - started)

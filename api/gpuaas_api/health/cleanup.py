@@ -88,7 +88,7 @@ def run_one(db: Database, settings: OperationSettings, stop) -> bool:
     try:
         with db.transaction() as conn:
             plan = plan_for(conn, settings, cleanup)
-        error = _run(settings, cleanup, plan, timeout, stop)
+        error = _run(db, settings, cleanup, plan, timeout, stop)
     except (ApiError, ContentRefused) as exc:
         error = str(exc)
     log.info("cleanup of %s (member %s): %s", cleanup["node_name"], cleanup["member_id"], error or "done")
@@ -96,13 +96,14 @@ def run_one(db: Database, settings: OperationSettings, stop) -> bool:
     return True
 
 
-def _run(settings: OperationSettings, cleanup: dict, plan: planner.RunPlan, timeout: float, stop) -> str | None:
+def _run(db: Database, settings: OperationSettings, cleanup: dict, plan: planner.RunPlan, timeout: float,
+         stop) -> str | None:
     deadline = time.monotonic() + timeout
     run_dir = Path(runner.scratch_dir("health"))
     op = {"id": f"cleanup-{cleanup['id']}", "attempt": cleanup["attempts"], "correlation_id": cleanup["correlation_id"],
           "kind": "cleanup"}
     try:
-        result = runner.run(settings, op, plan, run_content(settings, plan), on_event=lambda *_: None,
+        result = runner.run(settings, op, plan, run_content(settings, db, plan), on_event=lambda *_: None,
                             should_stop=lambda: "canceled" if stop.is_set() else (
                                 "timeout" if time.monotonic() > deadline else None),
                             run_dir=run_dir, connect_timeout=settings.health_connect_timeout_seconds)

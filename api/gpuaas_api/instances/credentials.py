@@ -54,7 +54,7 @@ def issue(db: Database, settings: OperationSettings, caller: Principal, instance
                            "from a running or degraded instance", status=instance["status"])
     # The runs happen outside any transaction: they take seconds and hold no row.
     try:
-        collections_path = run_content(settings, plan)
+        collections_path = run_content(settings, db, plan)
     except ContentRefused as exc:
         raise unavailable(str(exc), reason=exc.code) from None
     attempts = []

@@ -20,6 +20,7 @@ from pydantic import BaseModel, Field
 from ..config import OperationSettings
 from ..deps import DB, AppSettings, Caller, router
 from ..errors import ApiError
+from ..secrets import service as secrets
 from . import credentials, tokens
 
 api = router("registry")
@@ -37,7 +38,12 @@ def _signer(request: Request) -> tokens.SigningKey:
     signer = getattr(request.app.state, "registry_signer", None)
     if signer is None:
         settings = getattr(request.app.state, "operation_settings", None) or OperationSettings()
-        signer = request.app.state.registry_signer = tokens.signing_key(settings.state_dir)
+        try:
+            signer = tokens.signing_key(request.app.state.db, secrets.cipher(settings), settings.state_dir)
+        except tokens.KeySealedElsewhere as exc:
+            log.error("%s", exc)
+            raise ApiError(503, "service_misconfigured", str(exc)) from None
+        request.app.state.registry_signer = signer
     return signer
 
 

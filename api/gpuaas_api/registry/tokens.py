@@ -3,25 +3,30 @@ this service's GET /v1/registry/token): ES256 JWTs carrying the granted access, 
 whose self-signed certificate the registry trusts (`rootcertbundle`). The token names the certificate
 in its `x5c` header, which the registry checks against that bundle.
 
-The key and its certificate are made once, in one file of the state directory
-(`registry-token.pem`, mode 0600, written whole and linked into place so concurrent processes agree);
-every serve process sharing that directory signs with them.
+The key and its certificate are made once and kept in the database (table service_keys), sealed with the
+service's secret key: every serve replica, on any machine, signs with the same key, so a registry that trusts
+its certificate accepts a token from any of them. A key a service made before the database kept it (the state
+directory's `registry-token.pem`) becomes that key, so the registries that trust it go on working.
 """
 
 from __future__ import annotations
 
 import base64
 import datetime as dt
-import os
 import secrets
 from dataclasses import dataclass
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import jwt
 from cryptography import x509
+from cryptography.fernet import Fernet, InvalidToken
 from cryptography.hazmat.primitives import hashes, serialization
 from cryptography.hazmat.primitives.asymmetric import ec
 from cryptography.x509.oid import NameOID
+
+if TYPE_CHECKING:
+    from ..db import Database
 
 TOKEN_SECONDS = 300
 
@@ -35,15 +40,33 @@ class SigningKey:
         return self.certificate.public_bytes(serialization.Encoding.PEM).decode()
 
 
-def signing_key(state_dir: Path) -> SigningKey:
-    path = state_dir / "registry-token.pem"
-    if not path.exists():
-        _create(path)
-    pem = path.read_bytes()
+KEY_NAME = "registry_token_signer"
+
+
+class KeySealedElsewhere(Exception):
+    """The database's key was sealed with another secret key than this process's."""
+
+
+def signing_key(db: Database, cipher: Fernet, state_dir: Path) -> SigningKey:
+    """The key every replica signs with: the database's, made (or taken from `state_dir`'s earlier
+    `registry-token.pem`) by the first process that needs one; concurrent first uses agree on one."""
+    with db.transaction() as conn:
+        row = conn.execute("SELECT sealed FROM service_keys WHERE name = %s", (KEY_NAME,)).fetchone()
+        if row is None:
+            earlier = state_dir / "registry-token.pem"
+            pem = earlier.read_bytes() if earlier.is_file() else _new_pem()
+            conn.execute("INSERT INTO service_keys (name, sealed) VALUES (%s, %s) ON CONFLICT DO NOTHING",
+                         (KEY_NAME, cipher.encrypt(pem)))
+            row = conn.execute("SELECT sealed FROM service_keys WHERE name = %s", (KEY_NAME,)).fetchone()
+    try:
+        pem = cipher.decrypt(bytes(row["sealed"]))
+    except InvalidToken:
+        raise KeySealedElsewhere("the registry token key in the database was sealed with another secret key: "
+                                 "every serve replica and worker needs the same GPUAAS_SECRET_KEY") from None
     return SigningKey(serialization.load_pem_private_key(pem, password=None), x509.load_pem_x509_certificate(pem))
 
 
-def _create(path: Path) -> None:
+def _new_pem() -> bytes:
     key = ec.generate_private_key(ec.SECP256R1())
     name = x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, "gpuaas registry token issuer")])
     now = dt.datetime.now(dt.UTC)
@@ -52,19 +75,8 @@ def _create(path: Path) -> None:
             .not_valid_after(now + dt.timedelta(days=3650))
             .add_extension(x509.BasicConstraints(ca=True, path_length=None), critical=True)
             .sign(key, hashes.SHA256()))
-    pem = key.private_bytes(serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8,
-                            serialization.NoEncryption()) + cert.public_bytes(serialization.Encoding.PEM)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    partial = path.with_name(f".{path.name}.{secrets.token_hex(4)}")
-    fd = os.open(partial, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
-    with os.fdopen(fd, "wb") as f:
-        f.write(pem)
-    try:
-        os.link(partial, path)
-    except FileExistsError:
-        pass  # another process made its pair first: everyone uses that one
-    finally:
-        partial.unlink()
+    return key.private_bytes(serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8,
+                             serialization.NoEncryption()) + cert.public_bytes(serialization.Encoding.PEM)
 
 
 def token(signer: SigningKey, *, issuer: str, service: str, subject: str,
