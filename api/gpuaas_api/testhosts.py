@@ -26,6 +26,9 @@ Images (built locally; no registry is reachable here):
     registry
            Debian 13 with docker-registry (distribution 2.8) on :5000 over plain HTTP and skopeo 1.18,
            which signs images (sigstore); driven by gpuaas_api.testregistry.
+    postgres
+           base plus Debian 12's PostgreSQL 15 (cluster 15/main made, its unit disabled): the tests set up a
+           primary and a streaming standby on two hosts (tests/multihost, docs/dev/multihost.md).
 """
 
 from __future__ import annotations
@@ -61,6 +64,7 @@ IMAGES = {
     "oci-trixie": "localhost/gpuaas-testhost-oci:trixie",
     "registry": "localhost/gpuaas-testhost-registry:trixie",
     "rke2": "localhost/gpuaas-testhost-rke2:trixie",
+    "postgres": "localhost/gpuaas-testhost-postgres:bookworm",
 }
 # Debian releases the hosts are bootstrapped from: "base" is the bookworm one.
 BASE_IMAGES = {"bookworm": IMAGES["base"], "trixie": "localhost/gpuaas-testhost:trixie"}
@@ -245,6 +249,13 @@ def build_rke2(rebuild: bool) -> str:
                        commands="systemctl disable etcd.service && rm -rf /var/lib/etcd/*")
 
 
+# The database hosts of the multi-host tests. Debian starts the cluster on install: disabled here, since the tests
+# configure each host as a primary or a standby before they start it.
+def build_postgres(rebuild: bool) -> str:
+    return build_layer(IMAGES["postgres"], build_base(False), ["postgresql"], {}, rebuild,
+                       commands="systemctl disable postgresql.service")
+
+
 BUILDERS = {
     "base": build_base,
     "slurm": build_slurm,
@@ -252,6 +263,7 @@ BUILDERS = {
     "oci-trixie": lambda rebuild: build_oci(rebuild, "trixie"),
     "registry": build_registry,
     "rke2": build_rke2,
+    "postgres": build_postgres,
 }
 
 
@@ -323,7 +335,9 @@ def ssh_command(address: str) -> list[str]:
     ]
 
 
-def up(prefix: str, hosts: list[str], flavor: str) -> list[dict]:
+def up(prefix: str, hosts: list[str], flavor: str, run_args: list[str] | None = None) -> list[dict]:
+    """Start the hosts (a host that exists is kept) and return them. `run_args`: more `podman run` arguments
+    for every host started, e.g. ["-v", "/src:/dst:ro"] to mount a directory of this machine."""
     image = build(flavor)
     key = ensure_ssh_key()
     ensure_network()
@@ -350,6 +364,7 @@ def up(prefix: str, hosts: list[str], flavor: str) -> list[dict]:
                     "--tmpfs",
                     "/tmp",  # noqa: S108 (a fresh tmpfs for the host, not a shared temp file)
                     *FLAVOR_RUN_ARGS.get(flavor, []),
+                    *(run_args or []),
                     image,
                     "/sbin/init",
                 ],
