@@ -1,11 +1,17 @@
 """Latency of the instance read paths at scale, through the real HTTP app.
 
-Loads 10,000 app instances with 100,000 members (COPY) into a fresh database, then measures p50/p99
-of: instance list (first page and deep keyset pages), instance get, member list. Requests go through
-the full ASGI stack (auth, permission check, SQL, response validation) with an in-process httpx
-client; the database is the embedded PostgreSQL unless DATABASE_URL points elsewhere.
+Loads app instances with their members, operations and timeline events (COPY) into a fresh database,
+then measures p50/p99 of the read paths: the instance list (first page, keyset pages near the top and
+anywhere, status filters dense, rare and empty), instance get, member list and get, the instance's
+timeline, operation list and get, and its inventory. Requests go through the full ASGI stack (auth,
+permission check, SQL, response validation) with an in-process httpx client; the database is the
+embedded PostgreSQL unless DATABASE_URL points elsewhere. It exits non-zero if any p99 reaches 50 ms.
 
-    .venv/bin/python bench/bench_api_instances.py [--instances 10000] [--members-per-instance 10]
+    .venv/bin/python bench/bench_api_instances.py [--scale small|large] [--instances N]
+                                                  [--members-per-instance 10] [--requests 1000]
+
+`--scale small` (the default): 10,000 instances, 100,000 members; `--scale large`: 100,000 instances,
+1,000,000 members (issue 28). `--explain` prints EXPLAIN (ANALYZE, BUFFERS) of the list queries.
     .venv/bin/python bench/bench_api_instances.py --observability compare [--rounds 20] [--requests 100]
 
 `--observability compare` measures the same requests with logging, metrics and tracing off and on,
@@ -37,8 +43,10 @@ import httpx
 import psycopg
 from gpuaas_api import db as dbmod
 from gpuaas_api.app import create_app
+from gpuaas_api.common import encode_cursor
 from gpuaas_api.config import Settings
 from gpuaas_api.iam.auth import new_token
+from gpuaas_api.instances import service as instances_service
 from gpuaas_api.observability import logs, tracing
 from psycopg.conninfo import make_conninfo
 
@@ -50,8 +58,20 @@ COMPAT = {"requires_capacity_shape": ["baremetal"], "min_gpu_count": 1, "require
           "multi_node": True}
 
 
-def seed(url: str, instances: int, per_instance: int) -> dict:
-    """Fixture rows by SQL, bulk rows by COPY. Returns ids and a project-admin token."""
+SCALES = {"small": 10_000, "large": 100_000}
+# One instance in 7 of each of these (the dense status filter reads "failed"); every 1,000th is degraded
+# instead (the rare filter), and no instance is stopping (the empty filter).
+STATUSES = ["running", "running", "running", "created", "starting", "stopped", "failed"]
+
+
+def status_of(n: int) -> str:
+    return "degraded" if n % 1000 == 999 else STATUSES[n % len(STATUSES)]
+
+
+def seed(url: str, instances: int, per_instance: int, operations: int = 2, events: int = 10) -> dict:
+    """Fixture rows by SQL, bulk rows by COPY: the instances, `per_instance` members each, `operations`
+    finished operations each (a deploy, then reconfigures) and `events` timeline events each (the
+    request, then run events of the operations). Returns ids and a project-admin token."""
     hosts = [{"name": f"h{i}", "address": f"10.78.0.{i + 1}", "ssh_user": "root", "ssh_port": 22}
              for i in range(per_instance)]
     token, digest = new_token()
@@ -85,13 +105,12 @@ def seed(url: str, instances: int, per_instance: int) -> dict:
         topology = json.dumps({"roles": [{"name": "controller", "desired_count": 1},
                                          {"name": "worker", "desired_count": per_instance - 1}]})
         ids = [uuid.uuid4() for _ in range(instances)]
-        statuses = ["running", "running", "running", "created", "starting", "stopped", "failed"]
         with conn.cursor().copy(
             """COPY app_instances (id, tenant_id, project_id, name, app_slug, app_version_id, status, operating_mode,
                    control_plane_scope, runtime_backend, tenant_boundary_mode, bound_capacity_shape, topology)
                FROM STDIN""") as copy:
             for n, iid in enumerate(ids):
-                copy.write_row((iid, tenant, project, f"inst-{n}", "slurm", version, statuses[n % len(statuses)],
+                copy.write_row((iid, tenant, project, f"inst-{n}", "slurm", version, status_of(n),
                                 "tenant_dedicated", "project", "slurm", "tenant_isolated", "baremetal", topology))
         with conn.cursor().copy(
             """COPY app_instance_members (instance_id, role, allocation_id, host_name, node_name, status)
@@ -99,18 +118,47 @@ def seed(url: str, instances: int, per_instance: int) -> dict:
             for iid in ids:
                 for i in range(per_instance):
                     copy.write_row((iid, "controller" if i == 0 else "worker", allocation, f"h{i}", f"h{i}", "active"))
+        op_ids = []
         with conn.cursor().copy(
-            """COPY instance_events (app_instance_id, type, correlation_id, tenant_id, project_id, app_slug,
-                   operating_mode, control_plane_scope, runtime_backend) FROM STDIN""") as copy:
+            """COPY operations (id, instance_id, tenant_id, project_id, kind, status, correlation_id,
+                   requested_by_kind, requested_by, attempt, max_attempts, timeout_s, result, created_at,
+                   claimed_at, started_at, finished_at) FROM STDIN""") as copy:
             for iid in ids:
-                copy.write_row((iid, "apps.instance.requested", str(uuid.uuid4()), tenant, project, "slurm",
+                for k in range(operations):
+                    oid, cid = uuid.uuid4(), uuid.uuid4().hex
+                    op_ids.append((oid, iid, cid))
+                    copy.write_row((oid, iid, tenant, project, "deploy" if k == 0 else "reconfigure", "succeeded",
+                                    cid, "user", user, 1, 3, 3600, '{"rc": 0}', "2026-01-01 00:00:00+00",
+                                    "2026-01-01 00:00:01+00", "2026-01-01 00:00:01+00", "2026-01-01 00:00:09+00"))
+        run_events = ["run.playbook_started", "run.play_started", "run.task_started", "run.task_ok"]
+        with conn.cursor().copy(
+            """COPY instance_events (app_instance_id, type, payload, correlation_id, tenant_id, project_id,
+                   app_slug, operating_mode, control_plane_scope, runtime_backend) FROM STDIN""") as copy:
+            per_op = max(1, (events - 1) // max(1, operations))
+            for n, iid in enumerate(ids):
+                copy.write_row((iid, "apps.instance.requested", "{}", str(uuid.uuid4()), tenant, project, "slurm",
                                 "tenant_dedicated", "project", "slurm"))
+                for e in range(events - 1):
+                    _, _, cid = op_ids[n * operations + min(operations - 1, e // per_op)] if operations else \
+                        (None, None, "none")
+                    payload = json.dumps({"host": f"h{e % per_instance}", "task": "Bench task", "play": "Bench",
+                                          "changed": False, "duration": 0.01})
+                    copy.write_row((iid, run_events[e % len(run_events)], payload, cid, tenant, project, "slurm",
+                                    "tenant_dedicated", "project", "slurm"))
         conn.commit()
         conn.autocommit = True
         conn.execute("VACUUM ANALYZE")
         counts = conn.execute("""SELECT (SELECT count(*) FROM app_instances),
-                                        (SELECT count(*) FROM app_instance_members)""").fetchone()
-    return {"token": token, "project": project, "instances": ids, "counts": counts}
+                                        (SELECT count(*) FROM app_instance_members),
+                                        (SELECT count(*) FROM operations),
+                                        (SELECT count(*) FROM instance_events)""").fetchone()
+        seqs = conn.execute("SELECT min(seq), max(seq) FROM app_instances").fetchone()
+        members = [r[0] for r in conn.execute(
+            "SELECT id FROM app_instance_members TABLESAMPLE SYSTEM (1) LIMIT 2000").fetchall()]
+        member_of = dict(conn.execute("SELECT id, instance_id FROM app_instance_members WHERE id = ANY(%s)",
+                                      (members,)).fetchall())
+    return {"token": token, "project": project, "instances": ids, "counts": counts, "seqs": seqs,
+            "members": list(member_of.items()), "operations": [o for o, _, _ in op_ids]}
 
 
 def pct(samples: list[float], p: float) -> float:
@@ -130,28 +178,53 @@ async def keyset_cursors(app, data: dict) -> list[str]:
     return [c for c in cursors if c]
 
 
+# The read paths the observability comparison measures (the first five, as it always has).
+OBSERVED = ("instance list (first page, 50)", "instance list (keyset page, 50)", "instance list (status filter)",
+            "instance get", "member list (10 per instance)")
+
+
+def read_paths(client: httpx.AsyncClient, data: dict, rng: random.Random, cursors: list[str]) -> dict:
+    """Each read path: a name and a call that makes one request of it."""
+    project, ids = data["project"], data["instances"]
+    low, high = data["seqs"]
+    instances = f"/v1/projects/{project}/instances"
+    return {
+        "instance list (first page, 50)": lambda: client.get(instances, params={"limit": 50}),
+        "instance list (keyset page, 50)": lambda: client.get(instances, params={"limit": 50,
+                                                                                  "cursor": rng.choice(cursors)}),
+        # a cursor is the seq of the page's last row: any seq is a page somewhere in the list
+        "instance list (any keyset page, 50)": lambda: client.get(instances, params={
+            "limit": 50, "cursor": encode_cursor(rng.randint(low + 50, high))}),
+        "instance list (status filter)": lambda: client.get(instances, params={"limit": 50, "status": "failed"}),
+        "instance list (rare status, 1 in 1,000)": lambda: client.get(instances, params={"limit": 50,
+                                                                                          "status": "degraded"}),
+        "instance list (status none has)": lambda: client.get(instances, params={"limit": 50, "status": "stopping"}),
+        "instance get": lambda: client.get(f"/v1/instances/{rng.choice(ids)}"),
+        "member list (10 per instance)": lambda: client.get(f"/v1/instances/{rng.choice(ids)}/members"),
+        "member get": lambda: client.get("/v1/instances/{1}/members/{0}".format(*rng.choice(data["members"]))),
+        "instance events (first page, 100)": lambda: client.get(f"/v1/instances/{rng.choice(ids)}/events"),
+        "operation list": lambda: client.get(f"/v1/instances/{rng.choice(ids)}/operations"),
+        "operation get": lambda: client.get(f"/v1/operations/{rng.choice(data['operations'])}"),
+        "instance inventory": lambda: client.get(f"/v1/instances/{rng.choice(ids)}/inventory"),
+    }
+
+
 async def measure(app, data: dict, requests: int, seed: int = 7, warmup: int = 30,
-                  cursors: list[str] | None = None, cpu: dict[str, float] | None = None) -> dict[str, list[float]]:
-    """Wall-clock ms per request, by endpoint; with `cpu`, also adds up this process's CPU seconds
-    (all its threads: the event loop, the handler threads, the log handler, the span exporter)."""
+                  cursors: list[str] | None = None, cpu: dict[str, float] | None = None,
+                  only: tuple[str, ...] | None = None) -> dict[str, list[float]]:
+    """Wall-clock ms per request, by endpoint (`only`: these read paths); with `cpu`, also adds up this
+    process's CPU seconds (all its threads: the event loop, the handler threads, the log handler, the
+    span exporter)."""
     headers = {"Authorization": f"Bearer {data['token']}"}
     rng = random.Random(seed)
-    project, ids = data["project"], data["instances"]
     cursors = cursors or await keyset_cursors(app, data)
     transport = httpx.ASGITransport(app=app)
     results: dict[str, list[float]] = {}
     async with httpx.AsyncClient(transport=transport, base_url="http://bench", headers=headers) as client:
-        cases = {
-            "instance list (first page, 50)": lambda: client.get(f"/v1/projects/{project}/instances",
-                                                                  params={"limit": 50}),
-            "instance list (keyset page, 50)": lambda: client.get(f"/v1/projects/{project}/instances",
-                                                                   params={"limit": 50, "cursor": rng.choice(cursors)}),
-            "instance list (status filter)": lambda: client.get(f"/v1/projects/{project}/instances",
-                                                                 params={"limit": 50, "status": "failed"}),
-            "instance get": lambda: client.get(f"/v1/instances/{rng.choice(ids)}"),
-            "member list (10 per instance)": lambda: client.get(f"/v1/instances/{rng.choice(ids)}/members"),
-        }
+        cases = read_paths(client, data, rng, cursors)
         for name, call in cases.items():
+            if only and name not in only:
+                continue
             for _ in range(warmup):  # warm-up: pool connections, plan caches
                 (await call()).raise_for_status()
             samples = []
@@ -239,7 +312,7 @@ def compare(database, data: dict, requests: int, rounds: int, log_file: Path) ->
             for mode in ("off", "on") if n % 2 == 0 else ("on", "off"):
                 getattr(switch, mode)()
                 got[mode] = asyncio.run(measure(apps[mode], data, requests, seed=n, warmup=30 if n < 2 else 5,
-                                                cursors=cursors, cpu=cpu[mode]))
+                                                cursors=cursors, cpu=cpu[mode], only=OBSERVED))
                 for name, values in got[mode].items():
                     samples[mode].setdefault(name, []).extend(values)
             per_round.append(statistics.geometric_mean(pct(got["on"][k], 50) / pct(got["off"][k], 50)
@@ -251,7 +324,7 @@ def compare(database, data: dict, requests: int, rounds: int, log_file: Path) ->
 
 def report_comparison(samples: dict[str, dict[str, list[float]]], exported: dict, per_round: list[float],
                       cpu: dict[str, dict[str, float]], log_file: Path) -> float:
-    print(f"\n{'endpoint':34} {'n':>5} {'p50 off':>8} {'p50 on':>8} {'ratio':>6} {'p99 off':>8} {'p99 on':>8} "
+    print(f"\n{'endpoint':40} {'n':>5} {'p50 off':>8} {'p50 on':>8} {'ratio':>6} {'p99 off':>8} {'p99 on':>8} "
           f"{'cpu off':>8} {'cpu on':>8} {'ratio':>6}")
     ratios, cpu_ratios = [], []
     for name, off in samples["off"].items():
@@ -275,16 +348,47 @@ def report_comparison(samples: dict[str, dict[str, list[float]]], exported: dict
     return overall
 
 
+def load_average() -> str:
+    return "/".join(f"{x:.1f}" for x in os.getloadavg())
+
+
+class _Explaining:
+    """A connection that runs each query under EXPLAIN and keeps the plans (the service's own SQL)."""
+
+    def __init__(self, conn):
+        self.conn, self.plans = conn, []
+
+    def execute(self, query, params=()):
+        rows = self.conn.execute("EXPLAIN (ANALYZE, BUFFERS) " + query, params).fetchall()
+        self.plans.append("\n".join(next(iter(r.values())) for r in rows))
+        return self.conn.execute("SELECT 1 WHERE false")
+
+
+def explain_lists(database: dbmod.Database, data: dict) -> None:
+    for status in (None, "failed", "degraded", "stopping"):
+        with database.transaction() as conn:
+            explaining = _Explaining(conn)
+            instances_service.list_instances(explaining, project_id=data["project"], status=status, limit=50)
+        print(f"\n-- instance list, status {status}:\n{explaining.plans[0]}")
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--instances", type=int, default=10_000)
+    parser.add_argument("--scale", choices=sorted(SCALES), default="small",
+                        help="small: 10,000 instances; large: 100,000 (with 10 members each: 1,000,000 members)")
+    parser.add_argument("--instances", type=int, help="instances to load (default: the scale's)")
     parser.add_argument("--members-per-instance", type=int, default=10)
+    parser.add_argument("--operations-per-instance", type=int, default=2)
+    parser.add_argument("--events-per-instance", type=int, default=10)
+    parser.add_argument("--explain", action="store_true", help="print the list queries' plans (EXPLAIN ANALYZE)")
     parser.add_argument("--requests", type=int, default=1000, help="timed requests per endpoint (per round)")
     parser.add_argument("--observability", choices=("default", "compare"), default="default",
                         help="compare: logging, metrics and tracing off against on (see above)")
     parser.add_argument("--rounds", type=int, default=20, help="with --observability compare: rounds of each mode")
     args = parser.parse_args()
+    instances = args.instances or SCALES[args.scale]
 
+    print(f"load average at start {load_average()}")
     with tempfile.TemporaryDirectory(prefix="gpuaas-bench-") as tmp:
         base = os.environ.get("DATABASE_URL") or dbmod.embedded_server_uri(__import__("pathlib").Path(tmp) / "pg")
         name = f"bench_{uuid.uuid4().hex[:8]}"
@@ -294,9 +398,10 @@ def main() -> int:
         try:
             dbmod.upgrade(url)
             t0 = time.perf_counter()
-            data = seed(url, args.instances, args.members_per_instance)
-            print(f"loaded {data['counts'][0]} instances and {data['counts'][1]} members "
-                  f"in {time.perf_counter() - t0:.1f} s")
+            data = seed(url, instances, args.members_per_instance, args.operations_per_instance,
+                        args.events_per_instance)
+            print("loaded {:,} instances, {:,} members, {:,} operations and {:,} events".format(*data["counts"])
+                  + f" in {time.perf_counter() - t0:.1f} s; load average {load_average()}")
             database = dbmod.Database(url, min_size=2, max_size=4)
             database.open()
             try:
@@ -307,18 +412,21 @@ def main() -> int:
                     results = samples["on"]
                 else:
                     results = asyncio.run(measure(create_app(database), data, args.requests))
+                if args.explain:
+                    explain_lists(database, data)
             finally:
                 database.close()
         finally:
             with psycopg.connect(base, autocommit=True) as conn:
                 conn.execute(f"DROP DATABASE {name} WITH (FORCE)")
 
-    print(f"\n{'endpoint':34} {'n':>5} {'p50 ms':>8} {'p99 ms':>8} {'mean ms':>8}")
+    print(f"\n{'endpoint':40} {'n':>5} {'p50 ms':>8} {'p99 ms':>8} {'mean ms':>8}")
     worst = 0.0
     for name, samples in results.items():
         p99 = pct(samples, 99)
         worst = max(worst, p99)
-        print(f"{name:34} {len(samples):5d} {pct(samples, 50):8.2f} {p99:8.2f} {statistics.fmean(samples):8.2f}")
+        print(f"{name:40} {len(samples):5d} {pct(samples, 50):8.2f} {p99:8.2f} {statistics.fmean(samples):8.2f}")
+    print(f"load average at the end {load_average()}")
     print(f"\nworst p99 {worst:.2f} ms (target < 50 ms): {'PASS' if worst < 50 else 'FAIL'}")
     return 0 if worst < 50 else 1
 
