@@ -57,11 +57,15 @@ def upgrade(conninfo: str) -> list[int]:
     """Apply pending migrations in order; returns the versions applied. Safe to run concurrently."""
     applied_now: list[int] = []
     with psycopg.connect(conninfo, autocommit=True) as conn:
-        conn.execute(
-            "CREATE TABLE IF NOT EXISTS schema_migrations ("
-            " version integer PRIMARY KEY, name text NOT NULL,"
-            " applied_at timestamptz NOT NULL DEFAULT now())"
-        )
+        # Under the lock too: CREATE TABLE IF NOT EXISTS is not safe against a concurrent CREATE (two
+        # replicas starting at once on a new database).
+        with conn.transaction():
+            conn.execute("SELECT pg_advisory_xact_lock(%s)", (MIGRATION_LOCK_KEY,))
+            conn.execute(
+                "CREATE TABLE IF NOT EXISTS schema_migrations ("
+                " version integer PRIMARY KEY, name text NOT NULL,"
+                " applied_at timestamptz NOT NULL DEFAULT now())"
+            )
         for migration in available_migrations():
             with conn.transaction():
                 # Serialize migrators (serve, db upgrade, workers) on one advisory lock.

@@ -59,6 +59,21 @@ def test_db_upgrade_and_bootstrap(pg_uri, tmp_path):
     assert token not in stored
 
 
+def test_migrators_that_start_together_on_a_new_database_all_succeed(pg_uri):
+    # Serve replicas started at once against a new database each migrate it (issue 28).
+    from concurrent.futures import ThreadPoolExecutor
+
+    from psycopg.conninfo import make_conninfo
+
+    with psycopg.connect(pg_uri, autocommit=True) as conn:
+        conn.execute("DROP DATABASE IF EXISTS cli_racing WITH (FORCE)")
+        conn.execute("CREATE DATABASE cli_racing")
+    url = make_conninfo(pg_uri, dbname="cli_racing")
+    with ThreadPoolExecutor(4) as pool:
+        applied = list(pool.map(lambda _: dbmod.upgrade(url), range(4)))
+    assert sorted(v for versions in applied for v in versions) == [m.version for m in dbmod.available_migrations()]
+
+
 def _free_port() -> int:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
