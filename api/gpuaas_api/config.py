@@ -124,7 +124,9 @@ class GpuaasSettings(BaseSettings):
     run_forks_max: int = Field(50, ge=1)
     # Fernet key (urlsafe base64, 32 bytes); unset: a dev key generated into state_dir (with a warning).
     secret_key: str | None = None
-    lease_seconds: float = Field(30.0, gt=0)
+    # A claim's lease; a run whose worker has not renewed it for fence_seconds(lease_seconds) is stopped
+    # (executor/worker.py, docs/operations.md "Fencing"), so the lease must leave a second of margin.
+    lease_seconds: float = Field(30.0, ge=2)
     max_attempts: int = Field(3, ge=1)
     poll_seconds: float = Field(1.0, gt=0, validation_alias=_env("GPUAAS_WORKER_POLL_SECONDS", "poll_seconds"))
     worker_concurrency: int = Field(1, ge=1)

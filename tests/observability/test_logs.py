@@ -108,7 +108,7 @@ def test_a_worker_process_logs_its_run_with_its_ids_and_serves_its_metrics(ops, 
     env = os.environ | {
         "DATABASE_URL": ops.db_url, "GPUAAS_STATE_DIR": str(ops.settings.state_dir),
         "GPUAAS_SECRET_KEY": ops.settings.secret_key, "GPUAAS_SSH_HOST_KEY_CHECKING": "false",
-        "GPUAAS_LEASE_SECONDS": "1", "GPUAAS_WORKER_POLL_SECONDS": "0.2", "GPUAAS_WORKER_METRICS_PORT": str(port)}
+        "GPUAAS_LEASE_SECONDS": "2", "GPUAAS_WORKER_POLL_SECONDS": "0.2", "GPUAAS_WORKER_METRICS_PORT": str(port)}
     name = f"logged-{uuid.uuid4().hex[:6]}"
     worker = subprocess.Popen(CLI + ["worker", "--name", name], env=env, stdout=log_path.open("w"),
                               stderr=subprocess.STDOUT)

@@ -2,9 +2,10 @@
 about ten more requests failed on stale pooled connections; an 8-second database restart failed an
 in-flight operation and its instance; a worker killed with SIGKILL left its ansible-playbook running
 beside the retried attempt. Now an outage is a 503 `database_unavailable` and the next request after
-it succeeds; a run outlives a restart of the database (heartbeat, timeline and outcome wait for it,
-and its lease is not taken from it); a re-claimed operation first ends what its earlier attempt
-left running.
+it succeeds; a run outlives a restart of the database shorter than its fence (heartbeat, timeline and
+outcome wait for it, and its lease is not taken from it); a longer outage stops the run before its lease
+can end (issue 28: fencing), and the operation runs again; a re-claimed operation first ends what its
+earlier attempt left running.
 
 This module runs on a PostgreSQL server of its own (the `pg_uri` fixture below overrides the
 session's), so it can stop and start it."""
@@ -27,7 +28,7 @@ import pytest
 from api.conftest import TEMPLATE
 from gpuaas_api import db as dbmod
 from operations.helpers import events, make_instance, wait_for
-from operations.test_queue import worker_process
+from operations.test_queue import run_processes, worker_process
 from pgserver._commands import pg_ctl
 from psycopg.conninfo import make_conninfo
 from psycopg.rows import dict_row
@@ -84,8 +85,8 @@ def test_an_outage_is_a_503_and_the_next_request_after_it_succeeds(ops, server):
     assert [ops.w.call(SA, "GET", url).status_code for _ in range(12)] == [200] * 12
 
 
-def test_an_operation_in_flight_survives_a_database_restart(ops, server):
-    ops.settings = dataclasses.replace(ops.settings, lease_seconds=5)
+def test_an_operation_in_flight_survives_a_database_restart_shorter_than_its_fence(ops, server):
+    ops.settings = dataclasses.replace(ops.settings, lease_seconds=10)  # fenced after 7.5 s without a renewal
     instance, marker = make_instance(ops, "restart")
     (marker / "slow").touch()
     ops.start_worker(name="holder")
@@ -94,12 +95,12 @@ def test_an_operation_in_flight_survives_a_database_restart(ops, server):
     stop(server)
     outage = time.monotonic()
     try:
-        time.sleep(2 * ops.settings.lease_seconds)  # the lease lapses: nobody can heartbeat
         (marker / "slow").unlink()  # the run ends while the database is still down
         wait_for(lambda: "end deploy" in (marker / "log").read_text(), 30, what="the run to end")
-        time.sleep(max(0.0, 12 - (time.monotonic() - outage)))
+        time.sleep(max(0.0, 3 - (time.monotonic() - outage)))
     finally:
         start(server)
+    assert time.monotonic() - outage < 7, "the outage outlasted the fence: this test proves nothing"
     ops.start_worker(name="rescuer")  # would recover a lease it thinks lapsed
     done = wait_for(lambda: finished(ops, op["id"]), 60, what="the operation to finish")
     assert done["status"] == "succeeded" and done["attempt"] == 1, done
@@ -107,6 +108,35 @@ def test_an_operation_in_flight_survives_a_database_restart(ops, server):
     assert "operation.requeued" not in timeline and "run.playbook_stats" in timeline, timeline
     assert ops.w.call(SA, "GET", f"/v1/instances/{instance['id']}", 200).json()["status"] == "running"
     assert (marker / "log").read_text().count("start deploy") == 1
+
+
+def test_a_longer_outage_stops_the_run_before_its_lease_can_end_and_the_operation_runs_again(ops, server):
+    ops.settings = dataclasses.replace(ops.settings, lease_seconds=6)  # fenced 4.5 s after the last renewal
+    instance, marker = make_instance(ops, "fenced")
+    (marker / "slow").touch()
+    ops.start_worker(name="cut-off")
+    op = ops.w.call(SA, "POST", f"/v1/instances/{instance['id']}/deploy", 202).json()
+    wait_for(lambda: (marker / "log").exists(), 60, what="the playbook to start")
+    assert run_processes(op["id"]), "the run's processes carry its operation id"
+    stop(server)
+    outage = time.monotonic()
+    try:
+        # The worker cannot tell this outage from a network cut while other workers go on: its run must be
+        # gone before the lease, renewed at most 6 s ago, can end.
+        wait_for(lambda: not run_processes(op["id"]), 6, what="the fence to stop the run")
+        stopped_after = time.monotonic() - outage
+        time.sleep(max(0.0, 7 - (time.monotonic() - outage)))
+    finally:
+        start(server)
+    assert stopped_after < 6, stopped_after
+    assert "end deploy" not in (marker / "log").read_text()
+    (marker / "slow").unlink()
+    done = wait_for(lambda: finished(ops, op["id"]), 90, what="the operation to run again and finish")
+    assert done["status"] == "succeeded" and done["attempt"] == 2, done
+    timeline = [e["type"] for e in events(ops, instance["id"])]
+    assert "operation.requeued" in timeline, timeline
+    log = (marker / "log").read_text()
+    assert log.count("start deploy") == 2 and log.count("end deploy") == 1, log
 
 
 def test_a_reclaimed_operation_first_ends_what_its_earlier_attempt_left_running(ops, tmp_path):

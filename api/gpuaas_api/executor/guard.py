@@ -1,5 +1,5 @@
-"""The run guard: `python guard.py COMMAND...` runs COMMAND (ansible-playbook) so that nothing of it
-outlives the worker that started it.
+"""The run guard: `python guard.py [--fence FILE] COMMAND...` runs COMMAND (ansible-playbook) so that
+nothing of it outlives the worker that started it, nor the worker's lease on the operation.
 
 ansible-runner starts its command on a pty with SIGHUP ignored, so a killed worker (kill -9, OOM)
 used to leave ansible-playbook acting on hosts, and ssh ControlPersist masters, which daemonize, escape
@@ -8,7 +8,11 @@ any process group. The guard sits between the worker and the command:
 - it is a child subreaper (PR_SET_CHILD_SUBREAPER): every process of the run that daemonizes is
   re-parented to the guard, not to init, so it remains a descendant;
 - when the command exits, or the worker dies, or the guard is asked to stop (SIGTERM, SIGHUP,
-  SIGINT), it kills every descendant left and exits.
+  SIGINT), it kills every descendant left and exits;
+- with `--fence FILE`, it is the run's fence: FILE holds a CLOCK_MONOTONIC time (the worker rewrites it each
+  time it renews its lease), and once that time passes the guard kills the run and exits with FENCED_RC. It
+  runs apart from the worker, so a worker that is paused, starved or cut off from the database cannot keep a
+  run going past its lease, when another worker may take the operation over (docs/operations.md "Fencing").
 
 Standard library only, started with `python -I -S`: it costs a run no imports of the service.
 Linux only (prctl); elsewhere it just runs the command."""
@@ -21,10 +25,13 @@ import os
 import signal
 import subprocess
 import sys
+import time
 
 PR_SET_PDEATHSIG = 1
 PR_SET_CHILD_SUBREAPER = 36
 STOP_SIGNALS = (signal.SIGTERM, signal.SIGHUP, signal.SIGINT)
+FENCED_RC = 75  # EX_TEMPFAIL: the run was stopped, the operation is not lost (it runs again)
+FENCE_POLL_SECONDS = 0.1
 
 
 def _prctl(option: int, value: int) -> None:
@@ -72,10 +79,23 @@ def kill_descendants() -> None:
                 break
 
 
+def fence_time(path: str, last: float) -> float:
+    """The time the fence file holds; `last` while it cannot be read (being rewritten, or gone)."""
+    try:
+        with open(path) as f:
+            return float(f.read())
+    except (OSError, ValueError):
+        return last
+
+
 def main(argv: list[str]) -> int:
+    fence = None
+    if argv[:1] == ["--fence"] and len(argv) > 2:
+        fence, argv = argv[1], argv[2:]
     if not argv:
-        print("usage: guard.py COMMAND [ARG...]", file=sys.stderr)
+        print("usage: guard.py [--fence FILE] COMMAND [ARG...]", file=sys.stderr)
         return 2
+    deadline = fence_time(fence, 0.0) if fence else None  # unreadable at the start: fenced at once
     parent = os.getppid()
     if sys.platform.startswith("linux"):
         _prctl(PR_SET_PDEATHSIG, signal.SIGTERM)
@@ -91,7 +111,17 @@ def main(argv: list[str]) -> int:
         signal.signal(signum, stop)
     # The command starts with the default SIGHUP again (exec resets handled signals; ignored ones would stay).
     child = subprocess.Popen(argv)
-    rc = child.wait()
+    while True:
+        try:
+            rc = child.wait(timeout=None if fence is None else FENCE_POLL_SECONDS)
+            break
+        except subprocess.TimeoutExpired:
+            deadline = fence_time(fence, deadline)
+            if time.monotonic() > deadline:
+                print("guard: the worker did not renew its lease in time; the run is stopped (fenced)",
+                      file=sys.stderr)
+                kill_descendants()
+                return FENCED_RC
     kill_descendants()  # what the run left behind: ssh ControlPersist masters
     return rc if rc >= 0 else 128 - rc
 

@@ -83,7 +83,7 @@ GUARD = [sys.executable, "-I", "-S", str(Path(__file__).with_name("guard.py"))]
 # Private directories of a run under the temp dir (the secrets' pipe, ssh control sockets): each
 # name carries its worker's pid and that process's start time, so that a worker starting later can
 # tell the ones a dead worker left (sweep_scratch) from a live worker's.
-SCRATCH_KINDS = ("secrets", "cp", "health", "credential")
+SCRATCH_KINDS = ("secrets", "cp", "health", "credential", "fence")
 
 
 def process_started(pid: int) -> str | None:
@@ -163,7 +163,7 @@ class Redactor:
 
 @dataclass
 class RunResult:
-    status: str  # successful | failed | canceled | timeout | lost
+    status: str  # successful | failed | canceled | timeout | lost | fenced
     rc: int | None
     failure: dict | None = None
     stats: dict | None = None
@@ -224,12 +224,14 @@ def kill_leftovers(marker: str) -> int:
 
 def run(settings: OperationSettings, op: dict, plan: RunPlan, collections_path: Path, *,
         on_event: Callable[[str, dict], None], should_stop: Callable[[], str | None],
-        run_dir: Path | None = None, connect_timeout: int | None = None, keep_output: bool = True) -> RunResult:
+        run_dir: Path | None = None, connect_timeout: int | None = None, keep_output: bool = True,
+        fence: Path | None = None) -> RunResult:
     """Run the plan against exactly the collection content installed at `collections_path` (no other
-    collection path is searched); `should_stop` returns a reason (canceled | timeout | lost) to kill
+    collection path is searched); `should_stop` returns a reason (canceled | timeout | lost | fenced) to kill
     the run's whole process group (ansible-runner SIGKILLs the pexpect child's group), else None.
     `run_dir`: where the run's files go (default: the operation's directory in the state dir);
     `connect_timeout`: seconds a host gets to answer SSH (default: Ansible's);
+    `fence`: the file holding the time after which the run guard stops the run (guard.py --fence);
     `keep_output=False`: the module's result is a secret the caller takes from memory (module_results), so
     no stdout file and no job event is kept and nothing is packed (ansible-runner's callback still writes
     each event's partial file into `run_dir` while the run lasts: the caller removes `run_dir`)."""
@@ -321,7 +323,7 @@ def run(settings: OperationSettings, op: dict, plan: RunPlan, collections_path: 
     try:
         runner = init_runner(**kwargs)
         runner.config.env = child_env(runner.config.env, env)
-        runner.config.command = GUARD + runner.config.command
+        runner.config.command = GUARD + (["--fence", str(fence)] if fence else []) + runner.config.command
         # Set here, not in `settings`: ansible-runner reads those from env/settings only, which it does not
         # write with suppress_env_files, and its default (False) would write the run's stdout to a file.
         runner.config.suppress_output_file = not keep_output

@@ -5,6 +5,14 @@ lease; a heartbeat thread extends it while the run lasts and watches for cancel 
 that dies stops heartbeating; any other worker re-queues (or, after max_attempts, fails) the
 operation once the lease has expired.
 
+Fencing: a run may not outlive its worker's lease, or two runs of one operation would act on the hosts at
+once. The lease runs lease_seconds from a renewal's transaction, which starts after the worker noted the
+time it sent it; the run guard (guard.py --fence) stops the run fence_seconds after that noted time, a margin
+of at least a second before the lease can end. So a worker that is paused, starved or cut off from the
+database (it cannot tell a cut from an outage) has stopped its run before any other worker may recover the
+operation, and the operation runs again as a new attempt. A database outage shorter than fence_seconds costs
+a run nothing.
+
 A worker wakes on the event, not on a timer: accepting an operation sends a notification on the
 queue's channel (operations.service.QUEUE_CHANNEL) when its transaction commits, and one listener
 thread per worker wakes every idle claim loop at once. The poll (poll_seconds) stays as the
@@ -16,10 +24,12 @@ from __future__ import annotations
 import contextvars
 import logging
 import os
+import shutil
 import socket
 import threading
 import time
 import uuid
+from pathlib import Path
 
 import psycopg
 from psycopg import sql
@@ -37,13 +47,19 @@ from ..metering.loop import Metering
 from ..observability import logs, metrics, tracing
 from ..operations import rules, truth
 from ..operations import service as ops
+from . import guard, runner
 from . import plan as planner
-from . import runner
 from .content import ContentRefused, run_content
 
 log = logging.getLogger(__name__)
 # The machine a worker runs on: a run's processes live there, and only a worker there can end them.
 HOST = socket.gethostname()
+
+
+def fence_seconds(lease_seconds: float) -> float:
+    """How long after its last renewal a run may go on: the lease less a margin for stopping it (a
+    quarter of the lease, at least a second)."""
+    return lease_seconds - max(1.0, lease_seconds / 4)
 
 
 def end_run(operation_id) -> None:
@@ -189,6 +205,10 @@ class Worker:
             op = ops.claim(conn, slot, self.settings.lease_seconds, HOST)
         if op is None:
             return False
+        # From the claim on, the lease is renewed and the fence moves with it (the claim's lease counts
+        # from its own transaction, which began after `started`).
+        watch = _Heartbeat(self.db, op, slot, self.settings, renewed=started)
+        watch.start()
         token = correlation.use(op["correlation_id"])
         try:
             # Every line about this run carries its ids; its span continues the accepting request's trace.
@@ -197,11 +217,13 @@ class Worker:
                 log.info("operation %s %s: claimed by %s (attempt %d of %d)", op["id"], op["kind"], slot,
                          op["attempt"], op["max_attempts"])
                 try:
-                    result = self._execute(op, slot)
+                    result = self._execute(op, slot, watch)
                 except Exception as exc:  # noqa: BLE001 - a bug must fail the operation, not kill the worker
                     log.exception("operation %s: unexpected error", op["id"])
                     result = self._finish(op, slot, "failed", {
                         "code": "internal_error", "message": f"the worker failed running it ({type(exc).__name__})"})
+                finally:
+                    watch.close()  # only now: the lease covers recording the outcome too
                 span.set_attribute("gpuaas.operation.result", result)
                 log.info("operation %s %s: %s after %.1f s", op["id"], op["kind"], result, time.monotonic() - started)
         finally:
@@ -211,7 +233,7 @@ class Worker:
 
     # One operation ------------------------------------------------------------------------------
 
-    def _execute(self, op: dict, slot: str) -> str:
+    def _execute(self, op: dict, slot: str, watch: _Heartbeat) -> str:
         """Run one claimed operation; returns what was recorded (succeeded, failed, canceled) or lost."""
         with tracing.span("prepare"):
             instance, plan, refusal = retrying(self.db, f"operation {op['id']}: start",
@@ -224,22 +246,22 @@ class Worker:
             except ContentRefused as exc:
                 return self._finish(op, slot, "failed", {"code": exc.code, "message": str(exc)})
         sink = _EventSink(self.db, instance, op["correlation_id"], self.stop)
-        watch = _Heartbeat(self.db, op, slot, self.settings)
-        watch.start()
-        try:
-            with tracing.span("run", **{"gpuaas.hosts": len(plan.inventory.get("all", {}).get("hosts", {}))}) as run:
-                try:
-                    result = runner.run(self.settings, op, plan, collections_path, on_event=sink.append,
-                                        should_stop=watch.stop_reason)
-                finally:
-                    sink.close()
-                run.set_attribute("gpuaas.run.status", result.status)
-            if result.status == "lost":
-                log.warning("operation %s: lease lost to another worker; outcome left to it", op["id"])
-                return "lost"
-            return self._finish(op, slot, *self._outcome(op, plan, result))
-        finally:
-            watch.done.set()  # only now: the lease covers recording the outcome too
+        with tracing.span("run", **{"gpuaas.hosts": len(plan.inventory.get("all", {}).get("hosts", {}))}) as run:
+            try:
+                result = runner.run(self.settings, op, plan, collections_path, on_event=sink.append,
+                                    should_stop=watch.stop_reason, fence=watch.fence_file)
+            finally:
+                sink.close()
+            run.set_attribute("gpuaas.run.status", result.status)
+        if result.status == "lost":
+            log.warning("operation %s: lease lost to another worker; outcome left to it", op["id"])
+            return "lost"
+        if result.status == "fenced" or result.rc == guard.FENCED_RC:
+            # Its end may not be recorded: the lease may be another worker's by now.
+            log.warning("operation %s: the lease was not renewed for %.1f s; the run was stopped and the operation "
+                        "runs again once the lease has ended", op["id"], fence_seconds(self.settings.lease_seconds))
+            return "lost"
+        return self._finish(op, slot, *self._outcome(op, plan, result))
 
     def _prepare(self, conn: psycopg.Connection, op: dict, slot: str):
         """The started event, then the checks, status moves and plan; a refusal (ApiError) undoes the
@@ -400,9 +422,10 @@ class _EventSink:
 
 class _Heartbeat(threading.Thread):
     """Extends the lease every few seconds and turns a cancel request, the timeout or a lost lease
-    into a stop reason that the runner acts on (it SIGKILLs the run's process group)."""
+    into a stop reason that the runner acts on (it SIGKILLs the run's process group). Each renewal moves
+    the fence (the module docstring): `fence_file` holds the time after which the run guard stops the run."""
 
-    def __init__(self, db: Database, op: dict, slot: str, settings: OperationSettings):
+    def __init__(self, db: Database, op: dict, slot: str, settings: OperationSettings, renewed: float):
         super().__init__(name=f"heartbeat-{op['id']}", daemon=True)
         self.db, self.op, self.slot, self.settings = db, op, slot, settings
         self.done = threading.Event()
@@ -410,24 +433,44 @@ class _Heartbeat(threading.Thread):
         self.deadline = time.monotonic() + op["timeout_s"]
         self.interval = max(0.2, min(1.0, settings.lease_seconds / 3))
         self.worker = slot.rpartition("/")[0] or slot
+        self.fence_after = fence_seconds(settings.lease_seconds)
+        self.fence_file = Path(runner.scratch_dir("fence")) / "until"
+        self.renewed = renewed
+        self._move_fence()
         # A new thread starts with an empty context: its lines carry the run's ids only through this copy.
         self.context = contextvars.copy_context()
+
+    def fenced(self) -> bool:
+        return time.monotonic() > self.renewed + self.fence_after
 
     def stop_reason(self) -> str | None:
         if self.reason is None and time.monotonic() > self.deadline:
             self.reason = "timeout"
+        if self.reason is None and self.fenced():
+            self.reason = "fenced"
         return self.reason
+
+    def close(self) -> None:
+        self.done.set()
+        shutil.rmtree(self.fence_file.parent, ignore_errors=True)
+
+    def _move_fence(self) -> None:
+        # Written whole, then renamed: the guard never reads half a number.
+        partial = self.fence_file.with_suffix(".new")
+        partial.write_text(repr(self.renewed + self.fence_after))
+        os.replace(partial, self.fence_file)
 
     def run(self) -> None:
         self.context.run(self._beat)
 
     def _beat(self) -> None:
         while not self.done.wait(self.interval):
+            sent = time.monotonic()
             try:
                 with self.db.transaction() as conn:
                     beat = ops.heartbeat(conn, self.op["id"], self.slot, self.settings.lease_seconds)
             except psycopg.OperationalError as exc:
-                # The run goes on: the lease does not lapse while the database is away (recover_expired).
+                # The run goes on until its fence: an outage shorter than that costs it nothing.
                 log.warning("heartbeat for operation %s: database unavailable (%s)", self.op["id"],
                             type(exc).__name__)
                 continue
@@ -437,5 +480,9 @@ class _Heartbeat(threading.Thread):
             metrics.heartbeat(self.worker, "lease")
             if beat is None:
                 self.reason = self.reason or "lost"
-            elif beat["cancel_requested"]:
+                continue
+            if not self.fenced():  # a renewal after the fence passed cannot bring the stopped run back
+                self.renewed = sent
+                self._move_fence()
+            if beat["cancel_requested"]:
                 self.reason = self.reason or "canceled"
