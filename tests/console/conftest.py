@@ -74,9 +74,15 @@ class Console:
         if hash_:
             self.page.evaluate("hash => { location.hash = hash; }", hash_)
 
-    def shot(self, name: str) -> Path:
+    def shot(self, name: str, clip: str | None = None, full_page: bool = True) -> Path:
+        """The whole page (`full_page` False: what the window shows), or the part `clip` (a selector) covers.
+        The shots docs/images keeps are named console-*."""
         path = self.shots / f"{name}.png"
-        self.page.screenshot(path=str(path), full_page=True)
+        # A new row's highlight fades in 2 s: shown at its end, as a reader finds the page.
+        if clip:
+            self.page.locator(clip).screenshot(path=str(path), animations="disabled")
+        else:
+            self.page.screenshot(path=str(path), full_page=full_page, animations="disabled")
         return path
 
 

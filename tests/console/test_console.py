@@ -3,19 +3,24 @@ real worker running the test app's playbook (tests/apps/opsapp: real ansible-run
 a project's instances with their members per role; a deploy's progress and events arriving live over
 the event stream while the page stays loaded; a failed run's task, message and correlation id; another
 project's instance refused with the API's own refusal and correlation id; tenant strings shown as text,
-never as markup."""
+never as markup; the instance and member actions a token may take, asked first where they cannot be taken
+back, sent to the public routes."""
 
 from __future__ import annotations
 
+import json
 import logging
 import re
 from pathlib import Path
 
+from api.world import register_allocation
 from cli.health_world import seed_degraded
 from fastapi.testclient import TestClient
 from gpuaas_api.app import create_app
 from gpuaas_api.console import CSP, FILES, STATIC
-from operations.helpers import events, make_instance, wait_for, wait_op
+from gpuaas_api.instances import rules as instance_rules
+from gpuaas_api.operations.kinds import KINDS
+from operations.helpers import events, make_instance, publish_test_app, wait_for, wait_op
 from playwright.sync_api import expect
 
 from .scheduler_world import scheduled_instance
@@ -146,15 +151,25 @@ def test_a_deploy_shows_live_and_a_failed_run_names_its_task_and_correlation_id(
     no_markup_injected(page)
     console.shot("1-project")
 
-    # The live instance's page, loaded before anything runs.
+    # The live instance's page, loaded before anything runs: what a created instance takes, Deploy and Delete.
     row.locator("a").click()
     expect(page.locator('.timeline > tbody > tr[data-type="apps.instance.requested"]')).to_have_count(1)
     expect(page.locator(".toolbar .stream .status")).to_have_text("live")
+    expect(page.locator(".action-bar button")).to_have_text(["Deploy", "Delete…"])
     page.evaluate("window.__loadedOnce = true")
     (live_marker / "slow").touch()  # the playbook waits at one task until this file is gone
     ops.start_worker(concurrency=2)
-    deploy = ops.w.call(SA, "POST", f"/v1/instances/{live['id']}/deploy", 202).json()
+    # Deployed from the page (the deploy route, with the token in use); the other one through the API.
+    page.locator(".action-bar button[data-action=deploy]").click()
+    notice = page.locator(".notice[data-operation]")
+    expect(notice).to_contain_text("deploy queued: operation")
+    deploy = ops.w.call(SA, "GET", f"/v1/operations/{notice.get_attribute('data-operation')}", 200).json()
+    assert deploy["kind"] == "deploy" and deploy["instance_id"] == live["id"]
+    expect(notice.locator(".correlation-id")).to_have_text(deploy["correlation_id"])
     failing = ops.w.call(SA, "POST", f"/v1/instances/{broken['id']}/deploy", 202).json()
+    # Behind a queued or running deploy: no second Deploy, no Delete; what a starting instance takes.
+    expect(page.locator(".action-bar button")).to_have_text(["Add member…", "Upgrade…", "Roll back…",
+                                                             "Decommission…"])
 
     # Progress as it happens: the host and the task it runs now, tasks done of started.
     op_row = page.locator(f'tr[data-operation="{deploy["id"]}"]')
@@ -188,6 +203,7 @@ def test_a_deploy_shows_live_and_a_failed_run_names_its_task_and_correlation_id(
     the_timeline_reads_as_the_run(page, recorded)
     # The row of the task that waited was updated in place when its result came.
     assert slow_row.evaluate("row => row.isConnected && row.__seen === 1") is True
+    console.shot("console-timeline", clip="section:has(> table.timeline)")
     console.shot("3-deploy-succeeded")
 
     # The failed run: its task, host and message, and the correlation id to search the logs with.
@@ -222,6 +238,219 @@ def test_a_deploy_shows_live_and_a_failed_run_names_its_task_and_correlation_id(
 
     page.evaluate("hash => { location.hash = hash; }", f"#/instances/{named['id']}")
     expect(page.locator("h1 .instance-name")).to_have_text(HOSTILE_NAME)
+    no_markup_injected(page)
+    assert console.errors == []
+
+
+# What the console offers, read from its own module in the page.
+MIRROR = """async () => {
+    const {KINDS, DELETE, CREATE} = await import("./actions.js");
+    return {kinds: KINDS, remove: DELETE, create: CREATE};
+}"""
+
+
+def the_consoles_rules_are_the_services(page) -> None:
+    """actions.js's table of what each kind needs and where it is accepted is kinds.py's, and its delete is the
+    service's: the console hides no button the service would accept, and shows none it would refuse for these
+    reasons."""
+    mirror = page.evaluate(MIRROR)
+    assert set(mirror["kinds"]) == {"deploy", "upgrade", "rollback", "decommission", "member_add", "member_drain",
+                                    "member_resume", "member_remove", "member_replace"}
+    for name, offered in mirror["kinds"].items():
+        kind = KINDS[name]
+        assert sorted(offered["permissions"]) == sorted(kind.permissions), name
+        assert sorted(offered["instance"]) == sorted(kind.accept_states), name
+        assert offered.get("member") == (sorted(kind.member_states) if kind.member_states else None), name
+        assert offered.get("single", False) == kind.single, name
+        assert offered.get("closesQueue", False) == kind.closes_queue, name
+        assert offered.get("queuedAs", {}) == kind.queued_as, name
+    assert sorted(mirror["remove"]["instance"]) == sorted(instance_rules.DELETABLE_STATUSES)
+    assert mirror["remove"]["permission"] == "apps.instance.delete" and mirror["create"] == "apps.instance.create"
+
+
+def buttons(page, scope: str) -> list[str]:
+    return page.locator(f"{scope} button[data-action]").all_text_contents()
+
+
+def queued(page, ops, kind: str) -> dict:
+    """The operation the page's notice names (the service's answer to the request it sent), read back."""
+    notice = page.locator(".notice[data-operation]")
+    try:
+        expect(notice).to_contain_text(f"{kind} queued: operation")
+    except AssertionError as error:  # what the page says instead: a refusal, in the dialog or above the page
+        raise AssertionError(page.locator(".notice-slot, dialog").all_inner_texts()) from error
+    op = ops.w.call(SA, "GET", f"/v1/operations/{notice.get_attribute('data-operation')}", 200).json()
+    assert op["kind"] == kind and op["status"] == "queued", op
+    expect(notice.locator(".correlation-id")).to_have_text(op["correlation_id"])
+    return op
+
+
+def test_a_tenant_creates_acts_on_and_deletes_instances_as_its_token_may(ops, console):
+    """The console's actions call the public routes with the token in use, each after a confirmation where it
+    cannot be taken back; a token sees the buttons it may use, and the service's refusals with their correlation
+    ids. No worker runs here: each request is accepted and queued, and the operations tests run the playbooks
+    (the deploy test above runs a deploy asked for from the page)."""
+    page = console.page
+    newer = publish_test_app(ops.w, "1.1.0")  # an upgrade target
+    ops.ids["alloc_ops3"] = register_allocation(ops.w, "project_a1", "alloc-ops3", hosts=3)["id"]  # for a new one
+    # Running (as the status machine leaves a deploy; nothing runs here), a worker for each member action.
+    iid = ops.w.call(SA, "POST", f"/v1/projects/{ops.ids['project_a1']}/instances", 201, json={
+        "name": "acting", "app_slug": "opsapp", "version": "1.0.0",
+        "allocation_ids": [ops.ids["alloc_ops"], ops.ids["alloc_ops2"]],
+        "topology": [{"role": "controller", "count": 1}, {"role": "worker", "count": 4}],
+        "parameters": {"marker_dir": str(ops.marker_root)}}).json()["id"]
+    ops.sql("UPDATE app_instances SET status = 'running' WHERE id = %s RETURNING id", (iid,))
+    ops.sql("UPDATE app_instance_members SET status = 'active' WHERE instance_id = %s RETURNING id", (iid,))
+    # Its version without a scheduler: the jobs and nodes panels say so (no runtime answers them here).
+    ops.sql("""UPDATE app_versions SET adapter = adapter - 'scheduler'
+                WHERE id = (SELECT app_version_id FROM app_instances WHERE id = %s) RETURNING id""", (iid,))
+    members = {m["node_name"]: m for m in ops.w.call(SA, "GET", f"/v1/instances/{iid}/members", 200).json()["items"]}
+    controller = next(n for n, m in members.items() if m["role"] == "controller")
+    w1, w2, w3, w4 = sorted(n for n, m in members.items() if m["role"] == "worker")
+    ops.sql("UPDATE app_instance_members SET status = 'drained' WHERE id = %s RETURNING id", (members[w2]["id"],))
+    project = f"#/projects/{ops.ids['project_a1']}"
+    row = lambda node: f'table.members tr[data-node="{node}"]'  # noqa: E731
+
+    # A project member reads, and acts on nothing: no button, no Actions column.
+    console.open(ops.w.tokens["project_member"], f"#/instances/{iid}")
+    expect(page.locator("table.members tbody tr")).to_have_count(5)
+    the_consoles_rules_are_the_services(page)
+    expect(page.locator(".action-bar button")).to_have_count(0)
+    assert "Actions" not in page.locator("table.members thead th").all_text_contents()
+    expect(page.locator("table.members button")).to_have_count(0)
+    page.evaluate("hash => { location.hash = hash; }", project)
+    expect(page.locator("table.instances tbody tr")).to_have_count(2)
+    expect(page.locator(".action-bar button")).to_have_count(0)
+
+    # The project admin: what a running instance and each member take, and no more. The controller is its role's
+    # only member and its maximum: it is neither removed (role_minimum) nor replaced (role_at_max: the new member
+    # joins before the old one leaves).
+    page.click("#forget")
+    console.open(ops.w.tokens["project_admin"], f"#/instances/{iid}")
+    expect(page.locator(".action-bar button")).to_have_text(["Add member…", "Upgrade…", "Roll back…",
+                                                             "Decommission…"])
+    expect(page.locator("table.members thead th").last).to_have_text("Actions")
+    expect(page.locator(f"{row(controller)} button")).to_have_text(["Drain…"])
+    expect(page.locator(f"{row(w1)} button")).to_have_text(["Drain…", "Replace…", "Remove…"])
+    expect(page.locator(f"{row(w2)} button")).to_have_text(["Resume", "Replace…", "Remove…"])
+    dialog = page.locator("dialog.action-dialog")
+
+    # A refusal shows the service's envelope: code, message, status and the correlation id of that very answer.
+    page.click(".action-bar button[data-action=rollback]")
+    with page.expect_response(lambda r: r.url.endswith(f"/v1/instances/{iid}/rollback")) as answer:
+        dialog.locator("button[type=submit]").click()
+    envelope = answer.value.json()["error"]
+    assert answer.value.status == 409 and envelope["correlation_id"] == answer.value.headers["x-correlation-id"]
+    refusal = dialog.locator(".dialog-refusal .refusal")
+    expect(refusal.locator(".code")).to_have_text("no_previous_version")
+    expect(refusal.locator(".message")).to_have_text(envelope["message"])
+    expect(refusal.locator(".correlation-id")).to_have_text(envelope["correlation_id"])
+    expect(refusal).to_contain_text("HTTP 409")
+    console.shot("console-refusal", full_page=False)
+    dialog.locator("button.dismiss").click()
+    expect(dialog).to_have_count(0)
+
+    # Drain asks first; Keep sends nothing.
+    page.click(f"{row(w1)} button[data-action=member_drain]")
+    expect(dialog.locator(".question")).to_have_text(
+        f"Drain {w1} ({members[w1]['host_name']})? It takes no new work and finishes what it runs; Resume brings it "
+        "back.")
+    console.shot("console-confirm", full_page=False)
+    dialog.locator("button.dismiss").click()
+    expect(dialog).to_have_count(0)
+    assert ops.w.call(SA, "GET", f"/v1/instances/{iid}/operations", 200).json()["items"] == []
+    page.click(f"{row(w1)} button[data-action=member_drain]")
+    dialog.locator("button[type=submit]").click()
+    drain = queued(page, ops, "member_drain")
+    assert drain["member_ids"] == [members[w1]["id"]]
+    expect(page.locator(f"{row(w1)} button")).to_have_count(0)  # busy with its drain
+
+    page.click(f"{row(w2)} button[data-action=member_resume]")  # nothing to confirm
+    assert queued(page, ops, "member_resume")["member_ids"] == [members[w2]["id"]]
+    page.click(f"{row(w3)} button[data-action=member_remove]")
+    expect(dialog.locator("button[type=submit]")).to_have_text(f"Remove {w3}")
+    dialog.locator("button[type=submit]").click()
+    assert queued(page, ops, "member_remove")["member_ids"] == [members[w3]["id"]]
+
+    # Replace and add: on a host of the allocation chosen, the first free one unless one is named; the hosts
+    # offered are those no member of the instance holds.
+    def free_in_ops2() -> list[str]:
+        held = {m["host_name"] for m in ops.w.call(SA, "GET", f"/v1/instances/{iid}/members", 200).json()["items"]
+                if m["status"] != "removed"}
+        return [f"alloc-ops2-h{i}" for i in range(4) if f"alloc-ops2-h{i}" not in held]
+
+    page.click(f"{row(w4)} button[data-action=member_replace]")
+    dialog.locator("select[name=allocation_id]").select_option(label="alloc-ops2 (4 hosts)")
+    expect(dialog.locator("select[name=host_name] option")).to_have_text(["the first free host", *free_in_ops2()])
+    dialog.locator("button[type=submit]").click()
+    replaced = queued(page, ops, "member_replace")
+    assert replaced["member_ids"][0] == members[w4]["id"] and len(replaced["member_ids"]) == 2
+    page.click(".action-bar button[data-action=member_add]")
+    expect(dialog.locator("select[name=role] option")).to_have_text(["worker"])  # the controller's role is full
+    dialog.locator("select[name=allocation_id]").select_option(label="alloc-ops2 (4 hosts)")
+    host = free_in_ops2()[-1]
+    dialog.locator("select[name=host_name]").select_option(host)
+    dialog.locator("button[type=submit]").click()
+    added = queued(page, ops, "member_add")
+    expect(page.locator("table.members tr[data-node] td.host", has_text=host)).to_have_count(1)
+    assert added["params"]["request"] == {"role": "worker", "allocation_id": ops.ids["alloc_ops2"],
+                                          "host_name": host}, added["params"]
+
+    page.click(".action-bar button[data-action=upgrade]")
+    expect(dialog.locator("select[name=app_version_id] option")).to_have_text(["1.1.0 (active)"])
+    dialog.locator("button[type=submit]").click()
+    assert queued(page, ops, "upgrade")["params"]["request"] == {"app_version_id": newer["id"]}
+
+    # Decommission asks first; once queued, the instance takes nothing more: no button is left.
+    page.click(".action-bar button[data-action=decommission]")
+    expect(dialog.locator("button[type=submit]")).to_have_text("Decommission acting")
+    dialog.locator("button[type=submit]").click()
+    queued(page, ops, "decommission")
+    expect(page.locator(".action-bar button")).to_have_count(0)
+    expect(page.locator("table.members button")).to_have_count(0)
+    assert [op["kind"] for op in ops.w.call(SA, "GET", f"/v1/instances/{iid}/operations", 200).json()["items"]] == [
+        "member_drain", "member_resume", "member_remove", "member_replace", "member_add", "upgrade", "decommission"]
+    console.shot("console-instance-acted", full_page=False)
+
+    # A new instance from the project's page: the form's problems and the service's refusal in the dialog, then
+    # the instance, on its own page.
+    page.evaluate("hash => { location.hash = hash; }", project)
+    page.click(".action-bar button[data-action=create]")
+    dialog.locator("input[name=name]").fill("made-here")
+    dialog.locator("select[name=app_slug]").select_option("opsapp")
+    expect(dialog.locator("select[name=version] option")).to_have_text(["the newest active", "1.1.0 (active)",
+                                                                        "1.0.0 (active)"])
+    dialog.locator("label.check", has_text="alloc-ops3 (").locator("input").check()
+    dialog.locator("input[data-role=worker]").fill("2")
+    dialog.locator("textarea[name=parameters]").fill("{")
+    dialog.locator("button[type=submit]").click()
+    expect(dialog.locator(".problem")).to_contain_text("Parameters: not JSON")
+    dialog.locator("textarea[name=parameters]").fill('{"nope": 1}')
+    dialog.locator("button[type=submit]").click()
+    expect(dialog.locator(".refusal .code")).to_have_text("invalid_parameters")
+    expect(dialog.locator(".refusal .correlation-id")).not_to_be_empty()
+    dialog.locator("textarea[name=parameters]").fill(json.dumps({"marker_dir": str(ops.marker_root / "made-here")}))
+    console.shot("console-create", full_page=False)
+    dialog.locator("button[type=submit]").click()
+    expect(page.locator("h1 .instance-name")).to_have_text("made-here")
+    made = page.evaluate("location.hash").removeprefix("#/instances/")
+    instance = ops.w.call(SA, "GET", f"/v1/instances/{made}", 200).json()
+    assert instance["status"] == "created" and instance["app_version"] == "1.1.0"
+    assert [(r["name"], r["desired_count"]) for r in instance["topology"]["roles"]] == [("controller", 1),
+                                                                                         ("worker", 2)]
+    assert {m["allocation_id"] for m in ops.w.call(SA, "GET", f"/v1/instances/{made}/members", 200)
+            .json()["items"]} == {ops.ids["alloc_ops3"]}
+    expect(page.locator(".action-bar button")).to_have_text(["Deploy", "Delete…"])
+
+    # Delete asks first (Keep keeps it), then the instance is gone and the page is its project's.
+    page.click(".action-bar button[data-action=delete]")
+    dialog.locator("button.dismiss").click()
+    page.click(".action-bar button[data-action=delete]")
+    expect(dialog.locator("button[type=submit]")).to_have_text("Delete made-here")
+    dialog.locator("button[type=submit]").click()
+    expect(page.locator("table.instances td.name")).to_have_text(["acting", "slurm-a1"])
+    assert page.evaluate("location.hash") == project
+    ops.w.call(SA, "GET", f"/v1/instances/{made}", 404)
     no_markup_injected(page)
     assert console.errors == []
 
@@ -431,7 +660,7 @@ def test_the_console_is_static_same_origin_and_not_in_the_schema():
     # Nothing in the page parses strings as HTML or code: every string is set as text (dom.js).
     sources = {name: (STATIC / name).read_text() for name in FILES}
     assert set(sources) == {"index.html", "console.css", "api.js", "console.js", "dom.js", "progress.js", "timeline.js",
-                            "scheduler.js", "favicon.svg"}
+                            "scheduler.js", "actions.js", "favicon.svg"}
     for name, text in sources.items():
         for sink in ("innerHTML", "outerHTML", "insertAdjacentHTML", "document.write", "eval(", "new Function",
                      "style=", "<script>"):

@@ -37,6 +37,17 @@ function segment(value) {
   return encodeURIComponent(text);
 }
 
+// Whether the token holds `permission` where `scope` ({tenant_id, project_id}: an instance, or a project with its
+// id as project_id) lives, as the service decides it (iam/auth.py Principal.permits): a platform grant, a grant in
+// its tenant or one in its project; a service account acts in its own project only. GET /v1/me lists the grants.
+// The console hides what this denies; the service checks every request again.
+export function holds(me, permission, scope) {
+  if (me.kind === "service_account" && me.project_id !== scope.project_id) return false;
+  return (me.grants || []).some((g) => (g.permissions || []).includes(permission)
+    && (g.scope_kind === "platform" || (g.scope_kind === "tenant" && g.tenant_id === scope.tenant_id)
+        || (g.scope_kind === "project" && g.project_id === scope.project_id)));
+}
+
 export class Api {
   constructor(token) {
     this.token = token;
@@ -51,8 +62,8 @@ export class Api {
     return url;
   }
 
-  async request(path, params = {}, {signal, accept = "application/json", method = "GET", body} = {}) {
-    const headers = {Authorization: `Bearer ${this.token}`, Accept: accept};
+  async request(path, params = {}, {signal, accept = "application/json", method = "GET", body, headers: extra = {}} = {}) {
+    const headers = {...extra, Authorization: `Bearer ${this.token}`, Accept: accept};
     if (body !== undefined) headers["Content-Type"] = "application/json";
     try {
       return await fetch(this.url(path, params), {
@@ -71,9 +82,18 @@ export class Api {
     return response.json();
   }
 
-  // An action (cancel a job, drain a node): the service's answer, or its refusal thrown.
-  async post(path, body = undefined, {signal} = {}) {
-    const response = await this.request(path, {}, {signal, method: "POST", body});
+  // An action (cancel a job, drain a node, deploy an instance): the service's answer, or its refusal thrown.
+  // `key`: the Idempotency-Key of an operation's request, so that sending it again queues nothing more.
+  async post(path, body = undefined, {signal, key} = {}) {
+    return this.send("POST", path, body, {signal, headers: key ? {"Idempotency-Key": key} : {}});
+  }
+
+  async delete(path, {signal} = {}) {
+    return this.send("DELETE", path, undefined, {signal});
+  }
+
+  async send(method, path, body, {signal, headers} = {}) {
+    const response = await this.request(path, {}, {signal, method, body, headers});
     if (!response.ok) throw await refusal(response);
     return response.status === 204 ? null : response.json();
   }

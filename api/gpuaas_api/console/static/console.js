@@ -1,8 +1,10 @@
 // The console: a project's instances, and an instance's members, jobs and nodes, operations and live
 // timeline, read through the public API with the token the user pasted in (kept in sessionStorage: gone
-// when the tab closes). Routes: #/ (the projects this token may read), #/projects/ID, #/instances/ID.
+// when the tab closes), and the actions that token may take on them (actions.js). Routes: #/ (the projects
+// this token may read), #/projects/ID, #/instances/ID.
 
-import {Api, Refusal, apiPath} from "./api.js";
+import {closeDialog, createButton, instanceButtons, memberButtons} from "./actions.js";
+import {Api, Refusal, apiPath, holds} from "./api.js";
 import {ago, badge, duration, el, link, plural, refusalBox, replace, statusClass, time} from "./dom.js";
 import {Progress, TERMINAL} from "./progress.js";
 import {schedulerSections} from "./scheduler.js";
@@ -79,10 +81,10 @@ function homeView(api, me, signal) {
   }).catch((error) => signal.aborted || replace(main, refusalBox(error, "the project list")));
 }
 
-function projectView(api, projectId, signal) {
+function projectView(api, me, projectId, signal) {
   replace(main, el("p", {class: "hint"}, "Loading instances…"));
   let project = null;
-  const body = el("tbody");
+  const body = el("tbody"), notice = el("div", {class: "notice-slot"});
   const render = (instances) => replace(body, instances.length ? instances.map((i) => el("tr", {"data-instance": i.id},
     el("td", {class: "name"}, link(`#/instances/${encodeURIComponent(i.id)}`, i.name)),
     el("td", {}, badge(i.status)),
@@ -97,6 +99,9 @@ function projectView(api, projectId, signal) {
     if (!body.isConnected) {
       replace(main, el("h1", {}, "Project ", el("span", {class: "project-name"}, project.name)),
         el("p", {class: "muted mono"}, project.id),
+        el("div", {class: "action-bar"}, createButton(api, me, project, signal,
+                                                   (error, what) => replace(notice, refusalBox(error, what)))),
+        notice,
         el("section", {}, el("h2", {}, "Instances"), el("table", {class: "instances"},
           el("thead", {}, el("tr", {}, ["Instance", "Status", "Reason", "App", "Members per role", "Updated"]
             .map((h) => el("th", {}, h)))), body)));
@@ -111,8 +116,10 @@ function projectView(api, projectId, signal) {
 function instanceView(api, me, id, signal) {
   const state = {instance: null, project: null, members: [], ops: new Map(), progress: new Map(), events: [],
                  filter: null, stream: "connecting", streamDetail: null};
-  const parts = {head: el("div"), failure: el("div"), health: el("div"), roles: el("tbody"), members: el("tbody"),
-                 ops: el("tbody"), timeline: el("tbody"), toolbar: el("div", {class: "toolbar"})};
+  const parts = {head: el("div"), actions: el("div", {class: "action-bar"}), notice: el("div", {class: "notice-slot"}),
+                 failure: el("div"), health: el("div"), roles: el("tbody"), members: el("tbody"), ops: el("tbody"),
+                 timeline: el("tbody"), toolbar: el("div", {class: "toolbar"})};
+  let operatesMembers = false;  // whether the members table has an Actions column: set once the instance is read
   replace(main, el("p", {class: "hint"}, "Loading instance…"));
 
   const track = (op) => {
@@ -167,6 +174,30 @@ function instanceView(api, me, id, signal) {
         .map(([status, n]) => el("span", {class: statusClass(status), "data-status": status}, `${n} ${status}`))))));
   };
 
+  // What the token may do now (actions.js), with the service's answers to it: the operation it queued, or its
+  // refusal with its correlation id.
+  const actionContext = () => ({
+    api, me, signal, instance: state.instance, ops: [...state.ops.values()], members: state.members,
+    adapter: state.adapter,
+    queued: (op) => {
+      track(op);
+      replace(parts.notice, el("p", {class: "notice", role: "status", "data-operation": op.id},
+        `${op.kind} ${op.status}: operation `, el("code", {class: "op-id", title: op.id}, op.id.slice(0, 8)),
+        ", correlation id ", correlationLink(op.correlation_id)));
+      renderActions();
+      renderMembers();
+      renderOps();
+      refreshSoon();
+    },
+    deleted: () => { location.hash = `#/projects/${encodeURIComponent(state.instance.project_id)}`; },
+    refused: (error, what) => {
+      replace(parts.notice, refusalBox(error, what));
+      renderActions();
+      renderMembers();
+    },
+  });
+  const renderActions = () => replace(parts.actions, instanceButtons(actionContext()));
+
   // Each member: its status and reason, what the last check read (reachable, observed, the app's
   // details) and its last operation, whose correlation id narrows the timeline to that run.
   const renderMembers = () => replace(parts.members, state.members.map((m) => {
@@ -184,7 +215,8 @@ function instanceView(api, me, id, signal) {
       el("td", {class: "last-op"}, op
         ? [`${op.kind} `, badge(op.status), " ", el("code", {class: "op-id", title: op.id}, op.id.slice(0, 8)),
            el("div", {}, correlationLink(op.correlation_id))]
-        : ""));
+        : ""),
+      operatesMembers ? el("td", {class: "actions"}, memberButtons(actionContext(), m)) : null);
   }));
 
   const correlationLink = (cid) => {
@@ -264,6 +296,13 @@ function instanceView(api, me, id, signal) {
         if (error instanceof Refusal && error.status) return {id: instance.project_id, name: instance.project_id};
         throw error;
       });
+    // The version's adapter (its roles and the actions it has playbooks for), read again after an upgrade; a
+    // token that may not read the catalog is offered every action, and the service answers.
+    if (state.adapterOf !== instance.app_version_id) {
+      state.adapter = await api.get(apiPath`/v1/catalog/apps/${instance.app_slug}/versions/${instance.app_version}`,
+                                    {}, {signal}).then((v) => v.adapter, () => null);
+      state.adapterOf = instance.app_version_id;
+    }
     state.instance = instance;
     state.members = members;
     for (const op of ops) track(op);
@@ -274,7 +313,8 @@ function instanceView(api, me, id, signal) {
     pending = pending || setTimeout(() => {
       pending = null;
       if (signal.aborted) return;
-      refresh().then(() => signal.aborted || (renderHead(), renderMembers(), renderOps(), renderFailure()))
+      refresh().then(() => signal.aborted || (renderHead(), renderActions(), renderMembers(), renderOps(),
+                                              renderFailure()))
         .catch((error) => signal.aborted || replace(parts.failure, refusalBox(error, "a refresh")));
     }, 300);
   };
@@ -303,13 +343,15 @@ function instanceView(api, me, id, signal) {
     state.events = await api.pages(apiPath`/v1/instances/${id}/events`, {}, {signal}, 40);
     for (const p of state.progress.values()) for (const event of state.events) p.apply(event);
     if (signal.aborted) return;
+    operatesMembers = holds(me, "apps.member.operate", state.instance);
     renderHead();
+    renderActions();
     renderMembers();
     renderOps();
     renderFailure();
     renderTimeline();
     renderToolbar();
-    replace(main, parts.head, parts.failure,
+    replace(main, parts.head, parts.actions, parts.notice, parts.failure,
       el("section", {class: "health"}, el("h2", {}, "Health"), parts.health),
       el("section", {}, el("h2", {}, "Members"),
         el("table", {class: "roles"},
@@ -317,7 +359,8 @@ function instanceView(api, me, id, signal) {
           parts.roles),
         el("table", {class: "members"},
           el("thead", {}, el("tr", {}, ["Role", "Node", "Host", "Status", "Reason", "Last check", "Read",
-                                        "Last operation"].map((h) => el("th", {}, h)))),
+                                        "Last operation", operatesMembers ? "Actions" : null]
+            .filter((h) => h !== null).map((h) => el("th", {}, h)))),
           parts.members)),
       schedulerSections(api, me, state.instance, signal),
       el("section", {}, el("h2", {}, "Operations"), el("table", {class: "operations"},
@@ -339,6 +382,7 @@ function instanceView(api, me, id, signal) {
 
 async function route() {
   view?.abort();
+  closeDialog();
   view = new AbortController();
   const signal = view.signal;
   const token = sessionStorage.getItem(TOKEN_KEY);
@@ -364,7 +408,7 @@ async function route() {
   replace(whoami, `${me.kind.replace("_", " ")} `, el("strong", {}, me.name));
   const match = location.hash.match(/^#\/(projects|instances)\/([^/?#]+)$/);
   if (match?.[1] === "instances") instanceView(api, me, decodeURIComponent(match[2]), signal);
-  else if (match?.[1] === "projects") projectView(api, decodeURIComponent(match[2]), signal);
+  else if (match?.[1] === "projects") projectView(api, me, decodeURIComponent(match[2]), signal);
   else homeView(api, me, signal);
 }
 

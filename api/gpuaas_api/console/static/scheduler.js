@@ -3,21 +3,13 @@
 // one that holds scheduler.node.operate. The buttons follow GET /v1/me's grants; the service checks every request
 // again, and its refusal is what the panel shows.
 
-import {Refusal, apiPath} from "./api.js";
+import {Refusal, apiPath, holds} from "./api.js";
 import {badge, el, refusalBox, replace, time} from "./dom.js";
 
 const POLL_MS = 10000;
 const JOBS_SHOWN = 100;  // the newest jobs; `gpuaas jobs list --all` lists every one
 const CANCELLABLE = ["pending", "running"];
 const DRAINED = ["draining", "drained"];
-
-// Whether the token holds `permission` in the instance's project, as the service decides it: through a platform
-// grant, a grant in the instance's tenant, or one in its project.
-export function holds(me, permission, instance) {
-  return (me.grants || []).some((g) => (g.permissions || []).includes(permission)
-    && (g.scope_kind === "platform" || (g.scope_kind === "tenant" && g.tenant_id === instance.tenant_id)
-        || (g.scope_kind === "project" && g.project_id === instance.project_id)));
-}
 
 // Why a panel has nothing to show when the service says why: an app without a scheduler (asked once), an
 // instance that does not run yet. Anything else is a refusal, shown as one.
