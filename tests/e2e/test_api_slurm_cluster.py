@@ -56,6 +56,17 @@ def statuses(demo) -> dict[str, str]:
     return {m["host_name"]: m["status"] for m in demo.members() if m["status"] != "removed"}
 
 
+def settled_statuses(demo, expected: dict[str, str], timeout: float = 60) -> dict[str, str]:
+    """The members' statuses once they are `expected`. After a membership change slurmctld restarts, and a node
+    may answer as not responding until its slurmd registers again: a health check may read it failed meanwhile,
+    and the next one that reads it well brings it back (health/verdict.py). A test that starts from a settled
+    cluster waits for that instead of reading one instant."""
+    deadline = time.monotonic() + timeout
+    while (now := statuses(demo)) != expected and time.monotonic() < deadline:
+        time.sleep(1)
+    return now
+
+
 def slurmd_pid(demo, host: str) -> str:
     return demo.host_sh(host, "systemctl show -p MainPID --value slurmd")
 
@@ -233,7 +244,8 @@ def test_a_killed_worker_is_failed_within_60_s_and_replaced_with_capacity_restor
     """Issue 23: the health check notices a dead host on its own, and the platform decides to force the
     replace (never a tenant parameter): the controller forgets the dead node, the new member joins, a
     job runs on it, and the dead host is cleaned once it is back."""
-    assert statuses(demo) == {"ctl": "active", "w3": "active", "w4": "active"}
+    expected = {"ctl": "active", "w3": "active", "w4": "active"}
+    assert settled_statuses(demo, expected) == expected
     wait_event(demo, "healthy")
     job = demo.slurm("sbatch --parsable -w w4 --output=/dev/null --wrap 'sleep 600'")
     wait_running(demo, job)
