@@ -65,13 +65,18 @@ class MultiHost:
         self.ops.append(op)
         return op
 
-    def operation(self, op: Op) -> dict:
-        return self.w.call("service_account", "GET", f"/v1/operations/{op.id}", 200).json()
+    def operation(self, op: Op, strict: bool = True) -> dict | None:
+        """The operation; not strict: None while the replica that answers has no database (503, a failover)."""
+        response = self.w.call("service_account", "GET", f"/v1/operations/{op.id}")
+        if response.status_code == 503 and not strict:
+            return None
+        assert response.status_code == 200, f"GET operation: {response.status_code} {response.text}"
+        return response.json()
 
     def wait_final(self, *ops: Op, timeout: float = RUN_SECONDS) -> list[dict]:
         def final():
-            found = [self.operation(op) for op in ops]
-            return found if all(o["status"] in FINAL for o in found) else None
+            found = [self.operation(op, strict=False) for op in ops]
+            return found if all(o and o["status"] in FINAL for o in found) else None
         return wait_for(final, timeout, f"operations {[f'{o.instance} {o.kind}' for o in ops]} to end", 0.3)
 
     def events(self, instance: str, **params) -> list[dict]:
