@@ -81,7 +81,7 @@ def code_mounts() -> list[str]:
     return [arg for p in outermost for arg in ("-v", f"{p}:{p}:ro")]
 
 
-def test_network() -> str:
+def network_subnet() -> str:
     """The test network's subnet (CIDR): the database hosts take connections from it."""
     out = subprocess.run(["podman", "network", "inspect", testhosts.NETWORK], check=True, capture_output=True,
                          text=True).stdout
@@ -173,7 +173,7 @@ class Cluster:
         """db1 the primary, db2 a streaming standby made with pg_basebackup -R. Synchronous replication
         (synchronous_standby_names names db2): a commit returns only once db2 has it, so a failover loses nothing
         that was accepted. The setting goes in last, once db2 streams: before, every commit would wait for it."""
-        network, primary = test_network(), self.hosts["db1"]["address"]
+        network, primary = network_subnet(), self.hosts["db1"]["address"]
         for host in DB_HOSTS:
             self.sh(host, f"""
 cat > {PG_CONF}/conf.d/gpuaas.conf <<'EOF'
