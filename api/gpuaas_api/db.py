@@ -19,6 +19,7 @@ from pathlib import Path
 from typing import TypeVar
 
 import psycopg
+from psycopg.conninfo import conninfo_to_dict, make_conninfo
 from psycopg.rows import dict_row
 from psycopg_pool import ConnectionPool
 
@@ -56,7 +57,7 @@ def available_migrations() -> list[Migration]:
 def upgrade(conninfo: str) -> list[int]:
     """Apply pending migrations in order; returns the versions applied. Safe to run concurrently."""
     applied_now: list[int] = []
-    with psycopg.connect(conninfo, autocommit=True) as conn:
+    with psycopg.connect(with_network_timeouts(conninfo), autocommit=True) as conn:
         # Under the lock too: CREATE TABLE IF NOT EXISTS is not safe against a concurrent CREATE (two
         # replicas starting at once on a new database).
         with conn.transaction():
@@ -129,6 +130,19 @@ def database_url(settings: Settings) -> Iterator[str]:
         server.stop()
 
 
+# A database host that is gone (a failover, a network cut) is given up in seconds, not when TCP gives up
+# (minutes): connects time out, idle connections are probed, and unacknowledged writes fail after 10 s.
+# The connection string's own values win; libpq ignores the TCP ones on a Unix socket (the embedded server).
+NETWORK_TIMEOUTS = {"connect_timeout": "5", "keepalives": "1", "keepalives_idle": "5", "keepalives_interval": "2",
+                    "keepalives_count": "3", "tcp_user_timeout": "10000"}
+
+
+def with_network_timeouts(conninfo: str) -> str:
+    """`conninfo` with NETWORK_TIMEOUTS for what it does not set."""
+    given = conninfo_to_dict(conninfo)
+    return make_conninfo(conninfo, **{k: v for k, v in NETWORK_TIMEOUTS.items() if k not in given})
+
+
 class Database:
     """A connection pool that outlives database restarts: every checkout is checked, and `timeout`
     bounds both a caller's wait for a connection (then psycopg_pool.PoolTimeout, an OperationalError:
@@ -136,9 +150,9 @@ class Database:
     the server is back the next request opens a fresh connection instead of waiting out a backoff."""
 
     def __init__(self, conninfo: str, *, min_size: int = 2, max_size: int = 10, timeout: float = 5.0):
-        self.conninfo = conninfo
+        self.conninfo = with_network_timeouts(conninfo)
         self.pool = ConnectionPool(
-            conninfo,
+            self.conninfo,
             min_size=min_size,
             max_size=max_size,
             kwargs={"row_factory": dict_row},
