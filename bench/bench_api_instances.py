@@ -199,6 +199,7 @@ def read_paths(client: httpx.AsyncClient, data: dict, rng: random.Random, cursor
         "instance list (rare status, 1 in 1,000)": lambda: client.get(instances, params={"limit": 50,
                                                                                           "status": "degraded"}),
         "instance list (status none has)": lambda: client.get(instances, params={"limit": 50, "status": "stopping"}),
+        "instance list (app none has)": lambda: client.get(instances, params={"limit": 50, "app_slug": "opsapp"}),
         "instance get": lambda: client.get(f"/v1/instances/{rng.choice(ids)}"),
         "member list (10 per instance)": lambda: client.get(f"/v1/instances/{rng.choice(ids)}/members"),
         "member get": lambda: client.get("/v1/instances/{1}/members/{0}".format(*rng.choice(data["members"]))),
