@@ -48,6 +48,7 @@ from gpuaas_api.config import Settings
 from gpuaas_api.iam.auth import new_token
 from gpuaas_api.instances import service as instances_service
 from gpuaas_api.observability import logs, tracing
+from psycopg import sql
 from psycopg.conninfo import make_conninfo
 
 DIGEST = "sha256:" + "cd" * 32
@@ -366,11 +367,20 @@ class _Explaining:
 
 
 def explain_lists(database: dbmod.Database, data: dict) -> None:
-    for status in (None, "failed", "degraded", "stopping"):
+    """How the list's filters read app_instances (the scan and the rows it threw away) and PostgreSQL's time."""
+    print("\nThe instance list's query (EXPLAIN ANALYZE; the app_instances scan, PostgreSQL's execution time):")
+    for label, filters in (("no filter", {}), ("status failed", {"status": "failed"}),
+                           ("status degraded", {"status": "degraded"}), ("status stopping", {"status": "stopping"}),
+                           ("app opsapp", {"app_slug": "opsapp"})):
         with database.transaction() as conn:
             explaining = _Explaining(conn)
-            instances_service.list_instances(explaining, project_id=data["project"], status=status, limit=50)
-        print(f"\n-- instance list, status {status}:\n{explaining.plans[0]}")
+            instances_service.list_instances(explaining, project_id=data["project"], limit=50, **filters)
+        lines = explaining.plans[0].splitlines()
+        scan = next(i for i, line in enumerate(lines) if " on app_instances i " in line)
+        removed = next((line.strip() for line in lines[scan + 1:scan + 4] if "Rows Removed by Filter" in line), "")
+        took = next(line for line in lines if line.startswith("Execution Time"))
+        print(f"  {label:16} {lines[scan].strip().split('  (')[0].lstrip('-> ')}; {removed or 'no row removed'}; "
+              f"{took}")
 
 
 def main() -> int:
@@ -381,7 +391,9 @@ def main() -> int:
     parser.add_argument("--members-per-instance", type=int, default=10)
     parser.add_argument("--operations-per-instance", type=int, default=2)
     parser.add_argument("--events-per-instance", type=int, default=10)
-    parser.add_argument("--explain", action="store_true", help="print the list queries' plans (EXPLAIN ANALYZE)")
+    parser.add_argument("--explain", action="store_true", help="print how the list queries read (EXPLAIN ANALYZE)")
+    parser.add_argument("--drop-index", action="append", default=[], metavar="NAME",
+                        help="drop this index after migrating (to measure the schema without it)")
     parser.add_argument("--requests", type=int, default=1000, help="timed requests per endpoint (per round)")
     parser.add_argument("--observability", choices=("default", "compare"), default="default",
                         help="compare: logging, metrics and tracing off against on (see above)")
@@ -398,6 +410,9 @@ def main() -> int:
         url = make_conninfo(base, dbname=name)
         try:
             dbmod.upgrade(url)
+            with psycopg.connect(url, autocommit=True) as conn:
+                for index in args.drop_index:
+                    conn.execute(sql.SQL("DROP INDEX {}").format(sql.Identifier(index)))
             t0 = time.perf_counter()
             data = seed(url, instances, args.members_per_instance, args.operations_per_instance,
                         args.events_per_instance)
