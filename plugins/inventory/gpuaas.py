@@ -17,6 +17,14 @@ description:
     names (for Slurm, C(slurm_controller) and C(slurm_workers)).
   - Each instance also gets a group of its own, C(gpuaas_<instance name>), and each host the host variables
     C(gpuaas_instance_id), C(gpuaas_instance_name) and C(gpuaas_members) (id, role and status of its members).
+  - It also sets the variables the control service's own runs of the instance get, secrets aside (the service
+    computes them with the code that plans its runs), so that a job runs with the same packages, image and
+    configuration. The run's variables (the catalog's C(vars), the instance's parameters, the catalog's
+    C(action_vars) of O(action), the workload image and its signer's key) are data that Ansible never templates,
+    as in the service's runs; the operator's site variables sit below them and may be templates. With one instance
+    they are variables of the group C(all) (plays on C(localhost) see them too); with several, of each instance's
+    own group.
+  - Secrets are never in the inventory; the vars plugin C(gpuaas.apps.run_secrets) reads them as a job starts.
   - The token is read from the environment (E(GPUAAS_TOKEN)) or from a file (O(token_file)), never from the
     plugin's configuration, so inventory files hold no secret.
   - Lifecycle playbooks expect one instance per run (one controller in C(slurm_controller)); give O(instances)
@@ -55,6 +63,14 @@ options:
     type: list
     elements: str
     default: []
+  action:
+    description:
+      - The operation kind whose run the inventory describes, such as V(deploy), V(member_add) or V(reconfigure).
+        The catalog's C(action_vars) of that kind join the run's variables. Unset, only the variables every action
+        shares.
+      - Only an app whose adapter declares C(action_vars) needs it (the Slurm, OCI and RKE2 adapters declare none).
+        A job template runs one playbook, so such an app takes one inventory source per action that has them.
+    type: str
   statuses:
     description: Instance statuses to include.
     type: list
@@ -89,16 +105,16 @@ instances: [hpc]
 """
 
 # Plugins import after their documentation, as Ansible's own do.
-import json  # noqa: E402
-import os  # noqa: E402
 import re  # noqa: E402
 
 from ansible.errors import AnsibleError  # noqa: E402
-from ansible.module_utils.common.text.converters import to_native  # noqa: E402
-from ansible.module_utils.six.moves.urllib.error import HTTPError, URLError  # noqa: E402
-from ansible.module_utils.six.moves.urllib.parse import urlencode  # noqa: E402
-from ansible.module_utils.urls import open_url  # noqa: E402
 from ansible.plugins.inventory import BaseInventoryPlugin, Cacheable, Constructable  # noqa: E402
+from ansible.template import trust_as_template  # noqa: E402
+from ansible.utils.unsafe_proxy import wrap_var  # noqa: E402
+from ansible_collections.gpuaas.apps.plugins.plugin_utils.control_service import (  # noqa: E402
+    ControlService,
+    read_token,
+)
 
 
 class InventoryModule(BaseInventoryPlugin, Constructable, Cacheable):
@@ -126,44 +142,11 @@ class InventoryModule(BaseInventoryPlugin, Constructable, Cacheable):
 
     # Reading the API ------------------------------------------------------------------------------
 
-    def _read_token(self):
-        path = self.get_option("token_file")
-        if path:
-            try:
-                with open(path) as f:
-                    token = f.read().strip()
-            except (IOError, OSError) as exc:
-                raise AnsibleError("gpuaas inventory: cannot read token_file %s: %s" % (path, to_native(exc))) from None
-        else:
-            token = os.environ.get("GPUAAS_TOKEN", "").strip()
-        if not token:
-            raise AnsibleError("gpuaas inventory: no API token; set GPUAAS_TOKEN or token_file")
-        return token
-
-    def _get(self, path, query=None):
-        url = self.get_option("url").rstrip("/") + path + ("?" + urlencode(query) if query else "")
-        try:
-            headers = {"Authorization": "Bearer " + self._api_token, "Accept": "application/json"}
-            response = open_url(url, headers=headers, validate_certs=self.get_option("validate_certs"),
-                                timeout=self.get_option("timeout"))
-            return json.loads(response.read())
-        except HTTPError as exc:
-            reason = self._reason(exc)
-            raise AnsibleError("gpuaas inventory: GET %s answered %s: %s" % (path, exc.code, reason)) from None
-        except URLError as exc:
-            raise AnsibleError("gpuaas inventory: cannot reach %s: %s" % (url, to_native(exc.reason))) from None
-
-    @staticmethod
-    def _reason(exc):
-        try:
-            error = json.loads(exc.read())["error"]
-            return "%s (%s; correlation id %s)" % (error["message"], error["code"], error.get("correlation_id"))
-        except (ValueError, KeyError, TypeError):
-            return to_native(exc.reason)
-
     def _fetch(self):
         """[(instance, inventory)] for the selected instances of the project, every page read."""
-        self._api_token = self._read_token()
+        api = ControlService("gpuaas inventory", self.get_option("url"), read_token("gpuaas inventory",
+                                                                                   self.get_option("token_file")),
+                             self.get_option("validate_certs"), self.get_option("timeout"))
         wanted = set(self.get_option("instances"))
         statuses = set(self.get_option("statuses"))
         project = self.get_option("project_id")
@@ -172,7 +155,7 @@ class InventoryModule(BaseInventoryPlugin, Constructable, Cacheable):
             query = {"limit": self.get_option("page_size")}
             if cursor:
                 query["cursor"] = cursor
-            page = self._get("/v1/projects/%s/instances" % project, query)
+            page = api.call("GET", "/v1/projects/%s/instances" % project, query)
             selected += [i for i in page["items"] if i["status"] in statuses
                          and (not wanted or i["name"] in wanted or i["id"] in wanted)]
             cursor = page.get("next_cursor")
@@ -182,7 +165,8 @@ class InventoryModule(BaseInventoryPlugin, Constructable, Cacheable):
         if missing:
             raise AnsibleError("gpuaas inventory: no instance %s in project %s with status in %s"
                                % (", ".join(sorted(missing)), project, sorted(statuses)))
-        return [(i, self._get("/v1/instances/%s/inventory" % i["id"])) for i in selected]
+        action = {"action": self.get_option("action")} if self.get_option("action") else None
+        return [(i, api.call("GET", "/v1/instances/%s/inventory" % i["id"], action)) for i in selected]
 
     # Building the inventory -----------------------------------------------------------------------
 
@@ -203,8 +187,24 @@ class InventoryModule(BaseInventoryPlugin, Constructable, Cacheable):
                 self.inventory.add_group(group)
                 for name in members["hosts"]:
                     self.inventory.add_child(group, name)
+            # The site's variables first, so the run's win (as the service passes them: -e @site -e @run).
+            run_vars_group = "all" if len(instances) == 1 else own_group
+            for key, value in inventory.get("site_vars", {}).items():
+                self.inventory.set_variable(run_vars_group, key, _trusted(value))
+            for key, value in inventory["all"].get("vars", {}).items():
+                self.inventory.set_variable(run_vars_group, key, wrap_var(value))
             for name in hosts:
                 variables = self.inventory.get_host(name).get_vars()
                 self._set_composite_vars(self.get_option("compose"), variables, name, strict=strict)
                 self._add_host_to_composed_groups(self.get_option("groups"), variables, name, strict=strict)
                 self._add_host_to_keyed_groups(self.get_option("keyed_groups"), variables, name, strict=strict)
+
+
+def _trusted(value):
+    """The operator's site variable as the service's runs read it from their site_vars file: every string in it,
+    keys too, a template Ansible may render."""
+    if isinstance(value, dict):
+        return dict((_trusted(k), _trusted(v)) for k, v in value.items())
+    if isinstance(value, list):
+        return [_trusted(v) for v in value]
+    return trust_as_template(value) if isinstance(value, str) else value

@@ -503,6 +503,9 @@ CASES: list[Case] = [
     c("DELETE", "/v1/me/ssh-keys/{key_id}", PEOPLE, lambda x, a: ("DELETE", f"/v1/me/ssh-keys/{x.own_ssh_key(a)}", {})),
     c("GET", "/v1/instances/{instance_id}/inventory", PROJECT_READERS,
       lambda x, a: ("GET", f"/v1/instances/{x.ids['instance_a1']}/inventory", {})),
+    # the secrets and access map of the instance's runs, for AWX (docs/awx.md): apps.instance.run_secrets.read
+    c("POST", "/v1/instances/{instance_id}/run-secrets", {TA, PADM, SA},
+      lambda x, a: ("POST", f"/v1/instances/{x.ids['instance_a1']}/run-secrets", {})),
     c("GET", "/v1/instances/{instance_id}/operations", PROJECT_READERS,
       lambda x, a: ("GET", f"/v1/instances/{x.ids['instance_a1']}/operations", {})),
     c("GET", "/v1/operations/{operation_id}/artifacts", {TA, PADM, SA},

@@ -63,7 +63,12 @@ def test_the_plugin_yields_the_inventory_the_service_runs_with(world, served, tm
     served_inventory = world.call("service_account", "GET", f"/v1/instances/{instance['id']}/inventory", 200).json()
     hosts = served_inventory["all"]["hosts"]
     assert len(hosts) == 2
-    assert got["_meta"]["hostvars"] == {h: v | {"gpuaas_instance_name": "inv-3"} for h, v in hosts.items()}
+    # Each host: its own variables, and the run's (the catalog's pinned packages), which the plugin puts on `all`.
+    run_vars = served_inventory["all"]["vars"]
+    assert run_vars["slurm_package_version"] and run_vars["munge_package_version"], run_vars
+    site_vars = served_inventory["site_vars"]
+    assert got["_meta"]["hostvars"] == {h: site_vars | run_vars | v | {"gpuaas_instance_name": "inv-3"}
+                                        for h, v in hosts.items()}
     for group, members in served_inventory["all"]["children"].items():
         assert sorted(got[group]["hosts"]) == sorted(members["hosts"]), group
     assert sorted(got["gpuaas_inv_3"]["hosts"]) == sorted(hosts)

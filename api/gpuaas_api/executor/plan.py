@@ -97,19 +97,12 @@ def build(conn: psycopg.Connection, settings: OperationSettings, op: dict, insta
     run_inventory = _inventory(settings, spec, instance, members)
     tenant_vars = (instance["parameters"] or {}) | (op["params"].get("request", {}).get("parameters", {})
                                                     if kind == "reconfigure" else {})
-    # Checked again here: the version may have changed (upgrade, rollback) since the values were accepted.
-    parameters.validate_for_version(version, tenant_vars)
-    extravars = dict(spec.vars) | tenant_vars | spec.action_vars.get(kind, {})
-    if spec.workload:
-        extravars[spec.workload.variable] = workload_image(version)
-        if spec.workload.signer_key_variable and version["workload_signer_public_key"]:
-            extravars[spec.workload.signer_key_variable] = version["workload_signer_public_key"]
+    extravars = instance_vars(version, spec, tenant_vars, kind)
     by_id = {m["id"]: m for m in members}
     extravars |= {getattr(spec.targets, name): ",".join(nodes)
                   for name, nodes in _targets(op, by_id).items()
                   if getattr(spec.targets, name, None) and nodes}
-    if spec.access:  # computed now, so a run queued earlier carries every change made since
-        extravars[spec.access.variable] = access.access_map(conn, instance)
+    extravars |= access_vars(conn, spec, instance)
     unreachable = unreachable_targets(op, by_id) if spec.targets.unreachable else []
     if unreachable:
         extravars[spec.targets.unreachable] = ",".join(m["node_name"] for m in unreachable)
@@ -119,10 +112,7 @@ def build(conn: psycopg.Connection, settings: OperationSettings, op: dict, insta
     plan.playbook = spec.actions.get(kind)
     if plan.playbook is None:
         raise unprocessable("no_playbook", f"the app version's adapter names no playbook for {kind}")
-    secret_specs = {name: s.model_dump() for name, s in spec.secrets.items()}
-    secrets.ensure(conn, settings, instance["id"], secret_specs)
-    stored = secrets.load(conn, settings, instance["id"])
-    plan.secret_vars = {name: secrets.as_variable(secret_specs[name], stored[name]) for name in secret_specs}
+    plan.secret_vars = instance_secret_vars(conn, settings, instance, spec)
     workload = spec.workload
     if workload and workload.pull_credential_variable and \
             version["workload_artifact_registry"] in settings.pull_credential_registries:
@@ -131,6 +121,36 @@ def build(conn: psycopg.Connection, settings: OperationSettings, op: dict, insta
             version["workload_artifact_repository"], ttl_seconds=settings.timeouts[kind])
     plan.secret_strings = [t for v in plan.secret_vars.values() for t in secrets.secret_strings(v)]
     return plan
+
+
+def instance_vars(version: dict, spec: AdapterSpec, tenant_vars: dict, kind: str | None) -> dict:
+    """The run's variables that come from the app version and the instance, later ones winning: the spec's vars,
+    the tenant parameters (checked again: the version may have changed since they were accepted), the spec's
+    action_vars[kind], the workload artifact and its signer's key. Every run of `kind` gets them (build), and the
+    instance's inventory carries them for AWX (instances/run_vars.py); `kind` None: no action's variables."""
+    parameters.validate_for_version(version, tenant_vars)
+    variables = dict(spec.vars) | tenant_vars | (spec.action_vars.get(kind, {}) if kind else {})
+    if spec.workload:
+        variables[spec.workload.variable] = workload_image(version)
+        if spec.workload.signer_key_variable and version["workload_signer_public_key"]:
+            variables[spec.workload.signer_key_variable] = version["workload_signer_public_key"]
+    return variables
+
+
+def access_vars(conn: psycopg.Connection, spec: AdapterSpec, instance: dict) -> dict:
+    """The access map (access/service.py) under the adapter's access variable, {} without `access:`: computed when
+    asked, so a run queued earlier carries every change made since (build; AWX through the run-secrets route)."""
+    return {spec.access.variable: access.access_map(conn, instance)} if spec.access else {}
+
+
+def instance_secret_vars(conn: psycopg.Connection, settings: OperationSettings, instance: dict,
+                         spec: AdapterSpec) -> dict:
+    """The instance's secrets as run variables (made on first use, kept across runs): every run gets them (build),
+    and AWX reads them through the audited run-secrets route (instances/run_vars.py), never through an inventory."""
+    secret_specs = {name: s.model_dump() for name, s in spec.secrets.items()}
+    secrets.ensure(conn, settings, instance["id"], secret_specs)
+    stored = secrets.load(conn, settings, instance["id"])
+    return {name: secrets.as_variable(secret_specs[name], stored[name]) for name in secret_specs}
 
 
 def site_vars_for(settings: OperationSettings, spec: AdapterSpec) -> dict:

@@ -19,6 +19,8 @@ APPS_INSTANCE_ALL = frozenset({
     "apps.member.operate",
     # a runtime access credential the adapter declares (e.g. a cluster's admin configuration): more than a read
     "apps.instance.credentials.issue",
+    # the secrets and the access map a run of the instance gets, for a run outside the platform (AWX; docs/awx.md)
+    "apps.instance.run_secrets.read",
 })
 # Logging in to an instance's login hosts as one's runtime identity, with one's own SSH keys (docs/scheduler.md):
 # people only, so no service account role holds it.

@@ -7,12 +7,12 @@ from fastapi import Query, Response
 
 from .. import docs, errors
 from ..audit import service as audit
-from ..catalog.adapter import CredentialName, RoleName
+from ..catalog.adapter import ActionKind, CredentialName, RoleName
 from ..common import Page, Slug, Token, decode_cursor
 from ..deps import DB, AppSettings, Caller, CursorParam, LimitParam, RunSettings, router
 from ..iam.service import get_project
 from ..location import LocatedRoute
-from . import credentials, service
+from . import credentials, run_vars, service
 from .schemas import (
     Event,
     Instance,
@@ -23,6 +23,7 @@ from .schemas import (
     IssuedCredential,
     Member,
     MemberStatus,
+    RunSecrets,
 )
 
 api = router("instances")
@@ -101,14 +102,33 @@ def delete_instance(instance_id: UUID, caller: Caller, db: DB):
         service.delete_instance(conn, caller, instance_id)
 
 
-@api.get("/v1/instances/{instance_id}/inventory", operation_id="instances_inventory_get", response_model=Inventory)
-def get_inventory(instance_id: UUID, caller: Caller, db: DB):
+@api.get("/v1/instances/{instance_id}/inventory", operation_id="instances_inventory_get", response_model=Inventory,
+         responses=errors.responses("no_playbook", "site_vars_conflict"))
+def get_inventory(instance_id: UUID, caller: Caller, db: DB, settings: RunSettings,
+                  action: Annotated[ActionKind | None, Query(
+                      description="the operation kind whose run to describe: its catalog action_vars join "
+                                  "all.vars (422 no_playbook if the app has no playbook for it)")] = None):
     """The instance's Ansible inventory: the same hosts, groups and connection variables the
-    platform's own runs use (without the platform's SSH key), for operators and AWX (the
-    collection's `gpuaas.apps.gpuaas` inventory plugin reads it)."""
+    platform's own runs use (without the platform's SSH key), and the variables those runs get, secrets
+    aside (`all.vars`: the catalog's, the tenant parameters, the workload image; `site_vars`: the operator's),
+    for operators and AWX (the collection's `gpuaas.apps.gpuaas` inventory plugin reads it; docs/awx.md)."""
     with db.transaction() as conn:
         instance = _authorized_instance(conn, caller, "apps.instance.read", instance_id)
-        return service.instance_inventory(conn, instance)
+        return run_vars.inventory(conn, settings, instance, action)
+
+
+@api.post("/v1/instances/{instance_id}/run-secrets", operation_id="instances_run_secrets_issue",
+          response_model=RunSecrets)
+def issue_run_secrets(instance_id: UUID, caller: Caller, db: DB, settings: RunSettings, response: Response):
+    """The variables a run of the instance gets that no inventory carries: its secrets (the adapter's
+    `secrets`) and the access map, for a run outside the platform (an AWX job: the collection's
+    `gpuaas.apps.run_secrets` vars plugin reads them as the job starts; docs/awx.md). Needs
+    `apps.instance.run_secrets.read`. The answer is the only copy (`Cache-Control: no-store`; nothing logs it);
+    the reading is audited (`runtime_secret.issued`, purpose `external_run`: who, which variables, never a value)."""
+    response.headers["Cache-Control"] = "no-store"
+    with db.transaction() as conn:
+        instance = _authorized_instance(conn, caller, run_vars.PERMISSION, instance_id)
+        return run_vars.run_secrets(conn, settings, caller, instance)
 
 
 @api.get("/v1/instances/{instance_id}/members", operation_id="members_list", response_model=Page[Member])

@@ -202,11 +202,25 @@ class InventoryAll(BaseModel):
     hosts: dict[str, dict[str, Any]] = Field(description="node name -> ansible_host, ansible_user, ansible_port, "
                                              "gpuaas_instance_id, gpuaas_members [{id, role, status}]")
     children: dict[str, InventoryGroup] = Field(description="the adapter roles' inventory groups")
+    vars: dict[str, Any] = Field(default_factory=dict, description=(
+        "the variables of the instance's runs (of the `action` asked for): the catalog's vars, the tenant "
+        "parameters, the catalog's action_vars of that action, the workload image and its signer's key; data, "
+        "never templates"))
 
 
 class Inventory(BaseModel):
-    """An Ansible inventory (the YAML inventory structure, as JSON) of the instance's members."""
+    """An Ansible inventory (the YAML inventory structure, as JSON) of the instance's members, with the variables the
+    platform's own runs get (no secret: those come from POST /v1/instances/{id}/run-secrets)."""
     all: InventoryAll
+    site_vars: dict[str, Any] = Field(default_factory=dict, description=(
+        "not a group: the operator's site variables, below `all.vars`; unlike those, they may be templates over "
+        "the run's other variables"))
+
+
+class RunSecrets(BaseModel):
+    """What a run of the instance gets beyond its inventory, read once: the answer is its only copy."""
+    variables: dict[str, Any] = Field(description="the instance's secrets and the access map, by variable name")
+    issued_at: datetime
 
 
 class IssuedCredential(BaseModel):
