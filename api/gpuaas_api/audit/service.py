@@ -3,6 +3,7 @@ Both rows carry the same correlation context. Callable from HTTP handlers and fr
 
 from __future__ import annotations
 
+from dataclasses import dataclass, field
 from typing import Any
 from uuid import UUID
 
@@ -60,6 +61,9 @@ def append_event(conn: psycopg.Connection, instance: dict, event_type: str,
                  payload: dict[str, Any] | None = None, *, member_id: UUID | None = None,
                  correlation_id: str | None = None) -> dict:
     """Append one event to an instance's timeline. Payloads must never hold secret values."""
+    # The transaction holds its id before it draws the event's: a follower that sees it in flight knows it may
+    # still commit an event with a lower id than those already visible (followed_events).
+    conn.execute("SELECT pg_current_xact_id()")
     return conn.execute(
         """INSERT INTO instance_events (app_instance_id, member_id, type, payload, correlation_id,
                tenant_id, project_id, app_slug, operating_mode, control_plane_scope, runtime_backend)
@@ -74,19 +78,63 @@ def append_event(conn: psycopg.Connection, instance: dict, event_type: str,
 
 def list_events(conn: psycopg.Connection, instance_id: UUID, *, after: int | None, limit: int,
                 event_type: str | None = None, member_id: UUID | None = None,
-                correlation_id: str | None = None) -> tuple[list[dict], str | None]:
-    """Timeline in order of occurrence (ascending id), keyset-paginated."""
+                correlation_id: str | None = None, upto: int | None = None) -> tuple[list[dict], str | None]:
+    """Timeline in order of occurrence (ascending id), keyset-paginated; `upto`: ids up to this one only."""
     rows = conn.execute(
         """SELECT * FROM instance_events
             WHERE app_instance_id = %(iid)s AND id > %(after)s
+              AND (%(upto)s::bigint IS NULL OR id <= %(upto)s)
               AND (%(type)s::text IS NULL OR type = %(type)s)
               AND (%(member)s::uuid IS NULL OR member_id = %(member)s)
               AND (%(cid)s::text IS NULL OR correlation_id = %(cid)s)
             ORDER BY id LIMIT %(limit)s""",
-        {"iid": instance_id, "after": after or 0, "type": event_type, "member": member_id,
+        {"iid": instance_id, "after": after or 0, "upto": upto, "type": event_type, "member": member_id,
          "cid": correlation_id, "limit": limit + 1},
     ).fetchall()
     return page_of(rows, limit, key="id")
+
+
+@dataclass
+class Follow:
+    """Where a follower of one timeline stands: every event up to `settled` is final (no lower id can still
+    commit); `unsettled` is a later id read while the writing transactions `in_flight` had not ended."""
+    after: int
+    settled: int = 0
+    unsettled: int = 0
+    in_flight: list[str] = field(default_factory=list)
+
+
+def followed_events(db, instance_id: UUID, follow: Follow, limit: int = 200) -> list[dict]:
+    """The next events of the timeline for a follower that must never miss one (the event stream). Ids are
+    drawn in insert order but become visible in commit order: an event read while another writing transaction
+    was in flight may be followed by a lower id when that one commits. So such a read is held back until every
+    transaction in flight at that read has ended, and the events up to it are then read again, complete. With no
+    writer in flight (the usual case) events go out as soon as they are read. Advances `follow.after`."""
+    if follow.in_flight:
+        with db.transaction() as conn:
+            ended = not conn.execute("SELECT 1 FROM unnest(%s::text[]) x WHERE pg_xact_status(x::xid8) = "
+                                     "'in progress' LIMIT 1", (follow.in_flight,)).fetchone()
+        if not ended:
+            return []
+        follow.settled, follow.in_flight = max(follow.settled, follow.unsettled), []
+    if follow.after < follow.settled:
+        with db.transaction() as conn:  # a snapshot taken after those writers ended: their events are in it
+            rows = list_events(conn, instance_id, after=follow.after, upto=follow.settled, limit=limit)[0]
+    else:
+        with db.transaction() as conn:
+            # One snapshot for both reads: the writers in flight are those the events were read beside.
+            conn.execute("SET TRANSACTION ISOLATION LEVEL REPEATABLE READ, READ ONLY")
+            rows = list_events(conn, instance_id, after=follow.after, limit=limit)[0]
+            writers = [r["xid"] for r in conn.execute(
+                "SELECT x::text AS xid FROM pg_snapshot_xip(pg_current_snapshot()) x").fetchall()]
+        if rows and writers:
+            follow.unsettled, follow.in_flight = rows[-1]["id"], writers
+            return []
+        if rows:
+            follow.settled = rows[-1]["id"]
+    if rows:
+        follow.after = rows[-1]["id"]
+    return rows
 
 
 def list_audit(conn: psycopg.Connection, *, tenant_id: UUID | None, project_id: UUID | None,

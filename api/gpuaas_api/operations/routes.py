@@ -282,14 +282,10 @@ async def stream_events(instance_id: UUID, request: Request, caller: Caller, db:
         return True
 
     await run_in_threadpool(authorize, caller)
-    start = int(last_event_id) if last_event_id else (after or 0)
-
-    def fetch(since: int) -> list[dict]:
-        with db.transaction() as conn:
-            return audit.list_events(conn, instance_id, after=since, limit=200)[0]
+    follow = audit.Follow(after=int(last_event_id) if last_event_id else (after or 0))
 
     async def events():
-        since, deadline, quiet_since = start, time.monotonic() + max_seconds, time.monotonic()
+        deadline, quiet_since = time.monotonic() + max_seconds, time.monotonic()
         recheck_at = time.monotonic() + settings.stream_recheck_seconds
         yield "retry: 2000\n\n"
         while time.monotonic() < deadline and not await request.is_disconnected():
@@ -298,9 +294,8 @@ async def stream_events(instance_id: UUID, request: Request, caller: Caller, db:
                     yield 'event: end\ndata: {"reason": "unauthorized"}\n\n'
                     return
                 recheck_at = time.monotonic() + settings.stream_recheck_seconds
-            rows = await run_in_threadpool(fetch, since)
+            rows = await run_in_threadpool(audit.followed_events, db, instance_id, follow)
             for row in rows:
-                since = row["id"]
                 data = to_json(row).decode()  # the REST answers' serializer: same timestamps
                 yield f"id: {row['id']}\nevent: {row['type']}\ndata: {data}\n\n"
             if rows:
