@@ -9,7 +9,7 @@ import logging
 import re
 import sys
 from collections.abc import Callable
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from . import config
 from .errors import ApiError, ClientError
@@ -34,9 +34,14 @@ def runtime_name(value: str) -> str:
     return value
 
 
-def output_option(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("-o", "--output", choices=("text", "json"), default="text",
-                        help="text for people (default), json for scripts")
+OUTPUTS = ("table", "json", "yaml")
+
+
+def output_option(parser: argparse.ArgumentParser, default: str = "table") -> None:
+    # `text`, the first name of `table`, is still taken (not listed).
+    parser.add_argument("-o", "--output", choices=OUTPUTS, default=default, type=lambda v: {"text": "table"}.get(v, v),
+                        help=f"table for people, json or yaml for scripts (the API's objects as they are); "
+                             f"default {default}")
 
 
 def project_option(parser: argparse.ArgumentParser) -> None:
@@ -93,31 +98,49 @@ def project_ref(args: argparse.Namespace) -> str | None:
 
 
 def json_output(args: argparse.Namespace) -> bool:
-    return getattr(args, "output", "text") == "json"
+    return getattr(args, "output", "table") == "json"
 
 
-def command(fn: Callable[[argparse.Namespace, Client], int | None]) -> Callable[[argparse.Namespace], int]:
-    """A client command: connects, runs, and turns errors into one line on stderr and a non-zero
-    status (the service's error envelope as JSON with --output json)."""
+def structured(args: argparse.Namespace) -> bool:
+    """-o json or -o yaml: the API's objects for scripts instead of tables."""
+    return getattr(args, "output", "table") in ("json", "yaml")
 
-    @functools.wraps(fn)
-    def run(args: argparse.Namespace) -> int:
-        try:
-            with connect(args) as client:
-                return int(fn(args, client) or 0)
-        except ApiError as exc:
-            if json_output(args):
-                json_line(exc.envelope(), sys.stderr)
-            else:
+
+def emit(args: argparse.Namespace, value: Any) -> None:
+    """`value` as -o asks: indented JSON, or YAML."""
+    dump(value, fmt=args.output)
+
+
+Command = Callable[[argparse.Namespace, "Client"], "int | None"]
+
+
+def command(*operations: str) -> Callable[[Command], Callable[[argparse.Namespace], int]]:
+    """A client command calling the routes of these operation ids (the OpenAPI operationIds; the test of
+    tests/cli/test_every_route.py reads them): connects, runs, and turns errors into one line on stderr and a
+    non-zero status (the service's error envelope as JSON with --output json)."""
+
+    def decorate(fn: Command) -> Callable[[argparse.Namespace], int]:
+        @functools.wraps(fn)
+        def run(args: argparse.Namespace) -> int:
+            try:
+                with connect(args) as client:
+                    return int(fn(args, client) or 0)
+            except ApiError as exc:
+                if json_output(args):
+                    json_line(exc.envelope(), sys.stderr)
+                else:
+                    print(f"gpuaas: {exc}", file=sys.stderr)
+                return EXIT_ERROR
+            except (ClientError, config.ConfigFileError) as exc:
                 print(f"gpuaas: {exc}", file=sys.stderr)
-            return EXIT_ERROR
-        except (ClientError, config.ConfigFileError) as exc:
-            print(f"gpuaas: {exc}", file=sys.stderr)
-            return EXIT_ERROR
-        except KeyboardInterrupt:
-            return EXIT_INTERRUPTED
+                return EXIT_ERROR
+            except KeyboardInterrupt:
+                return EXIT_INTERRUPTED
 
-    return run
+        run.operations = operations
+        return run
+
+    return decorate
 
 
 def run_operation(args: argparse.Namespace, client: Client, path: str, body: dict | None = None) -> int:
@@ -125,12 +148,12 @@ def run_operation(args: argparse.Namespace, client: Client, path: str, body: dic
     exits with its result: 0 succeeded, 1 failed, 3 canceled."""
     op = client.operate(path, body, args.idempotency_key)
     if args.no_wait:
-        if json_output(args):
-            dump(op)
+        if structured(args):
+            emit(args, op)
         else:
             print(op["id"])
         return 0
-    out = sys.stderr if json_output(args) else sys.stdout
+    out = sys.stderr if structured(args) else sys.stdout
     print(f"{op['kind']} accepted: operation {op['id']} (correlation_id {op['correlation_id']})", file=out,
           flush=True)
     return wait(args, client, op)
@@ -138,14 +161,14 @@ def run_operation(args: argparse.Namespace, client: Client, path: str, body: dic
 
 def wait(args: argparse.Namespace, client: Client, op: dict) -> int:
     """Follows an operation: the live panel on a terminal, plain lines elsewhere; progress goes to
-    stderr with --output json, which prints the finished operation on stdout."""
-    out = sys.stderr if json_output(args) else sys.stdout
+    stderr with -o json|yaml, which prints the finished operation on stdout."""
+    out = sys.stderr if structured(args) else sys.stdout
     try:
         progress = follow(client, op, operation_view(out))
     except KeyboardInterrupt:
         print(f"\nstopped following; the operation goes on: gpuaas ops follow {op['id']}", file=sys.stderr)
         return EXIT_INTERRUPTED
     print(progress.summary(), file=out, flush=True)
-    if json_output(args):
-        dump(progress.op)
+    if structured(args):
+        emit(args, progress.op)
     return EXIT_STATUS[progress.status]

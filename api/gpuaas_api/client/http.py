@@ -85,12 +85,16 @@ class Client:
             return response.json() if response.content else None
         raise AssertionError("unreachable")
 
-    def get(self, path: str, **params) -> Any:
-        return self.request("GET", path, params={k: v for k, v in params.items() if v is not None}, retry=True)
+    def get(self, path: str, headers: dict | None = None, **params) -> Any:
+        return self.request("GET", path, params={k: v for k, v in params.items() if v is not None}, headers=headers,
+                            retry=True)
 
     def post(self, path: str, body: dict | None = None, *, idempotency_key: str | None = None) -> Any:
         headers = {"Idempotency-Key": idempotency_key} if idempotency_key else None
         return self.request("POST", path, json_body=body, headers=headers, retry=idempotency_key is not None)
+
+    def patch(self, path: str, body: dict) -> Any:
+        return self.request("PATCH", path, json_body=body, retry=False)
 
     def delete(self, path: str) -> Any:
         # Not retried: a delete repeated after a lost answer would be refused as not found.
@@ -101,6 +105,9 @@ class Client:
         cursor, limit = None, params.pop("limit", PAGE_LIMIT)
         while True:
             page = self.get(path, **params, limit=limit, cursor=cursor)
+            if isinstance(page, list):  # a route that answers with the whole list (the roles)
+                yield from page
+                return
             yield from page["items"]
             cursor = page.get("next_cursor")
             if not cursor:

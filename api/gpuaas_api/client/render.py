@@ -67,13 +67,43 @@ def event_line(event: dict) -> str:
     return f"{when(event['occurred_at'])}  {event['id']:>6}  {describe(event)}  [{event['correlation_id']}]"
 
 
-def dump(value: Any, out: IO[str] | None = None) -> None:
-    """JSON for scripts: indented for one document."""
-    print(json.dumps(value, indent=2, default=str), file=out or sys.stdout)
+def dump(value: Any, out: IO[str] | None = None, fmt: str = "json") -> None:
+    """JSON (indented: one document) or YAML for scripts."""
+    if fmt == "yaml":
+        import yaml
+
+        # Through JSON first: what YAML prints is what JSON would (ids and times as strings).
+        text = yaml.safe_dump(json.loads(json.dumps(value, default=str)), sort_keys=False, allow_unicode=True)
+        print(text, end="", file=out or sys.stdout)
+    else:
+        print(json.dumps(value, indent=2, default=str), file=out or sys.stdout)
 
 
 def json_line(value: Any, out: IO[str] | None = None) -> None:
     print(json.dumps(value, separators=(",", ":"), default=str), file=out or sys.stdout, flush=True)
+
+
+def cell(key: str, value: Any) -> Any:
+    """A field in a table cell or a `fields` line: times (the API's `*_at`) to the second, booleans as yes/no,
+    lists of words joined, objects as compact JSON."""
+    if value is None or value == "" or value == [] or value == {}:
+        return None
+    if key.endswith("_at"):
+        return when(value)
+    if isinstance(value, bool):
+        return "yes" if value else "no"
+    if isinstance(value, list) and all(isinstance(v, str | int | float) for v in value):
+        return ", ".join(str(v) for v in value)
+    if isinstance(value, dict | list):
+        return json.dumps(value, separators=(",", ":"), default=str)
+    return value
+
+
+def fields(obj: dict) -> str:
+    """One object, a field a line (`kubectl describe`'s shape): every field of the API's object."""
+    width = max((len(k) for k in obj), default=0)
+    return "\n".join(f"{key:<{width}}  {'-' if (shown := cell(key, value)) is None else shown}"
+                     for key, value in obj.items())
 
 
 class PlainView:

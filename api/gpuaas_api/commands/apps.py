@@ -4,7 +4,7 @@ import argparse
 import sys
 from pathlib import Path
 
-from ..client.cli import command, json_output, output_option, url_option
+from ..client.cli import command, emit, output_option, structured, url_option
 
 
 def register(sub: argparse._SubParsersAction) -> None:
@@ -31,15 +31,15 @@ def register(sub: argparse._SubParsersAction) -> None:
     ls.set_defaults(func=list_apps)
 
 
-@command
+@command("catalog_apps_list", "catalog_versions_list")
 def list_apps(args, client) -> int:
-    from ..client.render import dump, table
+    from ..client.render import table
 
     apps = [app | {"versions": [{"version": v["version"], "status": v["status"], "id": v["id"]}
                                 for v in client.pages(f"/v1/catalog/apps/{app['slug']}/versions")]}
             for app in client.pages("/v1/catalog/apps")]
-    if json_output(args):
-        dump(apps)
+    if structured(args):
+        emit(args, apps)
         return 0
     print(table(["APP", "NAME", "BACKEND", "VERSIONS"],
                 [[a["slug"], a["display_name"], a["runtime_backend"],
@@ -47,7 +47,7 @@ def list_apps(args, client) -> int:
     return 0
 
 
-@command
+@command("catalog_apps_create", "catalog_artifacts_create", "catalog_versions_create", "content_head", "content_put")
 def register_apps(args, client) -> int:
     """As the platform admin: the token of `gpuaas login` (or GPUAAS_TOKEN), like every client command."""
     import httpx

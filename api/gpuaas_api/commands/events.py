@@ -3,9 +3,10 @@
 from __future__ import annotations
 
 import argparse
+import sys
 from collections import deque
 
-from ..client.cli import command, json_output, output_option, project_option, project_ref
+from ..client.cli import command, output_option, project_option, project_ref
 
 
 def register(sub: argparse._SubParsersAction) -> None:
@@ -29,16 +30,20 @@ def _count(value: str) -> int:
     return int(value)
 
 
-@command
+@command("events_list", "events_stream")
 def tail_events(args, client) -> int:
     from ..client import lookup
-    from ..client.render import event_line, json_line
+    from ..client.render import dump, event_line, json_line
 
     instance = lookup.instance(client, args.instance, project_ref(args))
 
     def show(event: dict) -> None:
-        if json_output(args):
+        if args.output == "json":
             json_line(event)
+        elif args.output == "yaml":
+            print("---")
+            dump(event, fmt="yaml")
+            sys.stdout.flush()
         else:
             print(event_line(event), flush=True)
 

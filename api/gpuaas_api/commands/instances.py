@@ -11,12 +11,13 @@ from pathlib import Path
 
 from ..client.cli import (
     command,
-    json_output,
+    emit,
     operation_options,
     output_option,
     project_option,
     project_ref,
     run_operation,
+    structured,
 )
 
 
@@ -96,16 +97,16 @@ def health(instance: dict, indent: str) -> list[str]:
     return [f"checked {when(record['checked_at'])}{ran}"] + [indent + line for line in conditions.splitlines()]
 
 
-@command
+@command("instances_list")
 def list_instances(args, client) -> int:
     from ..client import lookup
-    from ..client.render import dump, table
+    from ..client.render import table
 
     projects = lookup.projects(client, project_ref(args))
     found = [(p, i) for p in projects for i in client.pages(f"/v1/projects/{p['id']}/instances",
                                                              status=args.status, app_slug=args.app)]
-    if json_output(args):
-        dump([i for _, i in found])
+    if structured(args):
+        emit(args, [i for _, i in found])
         return 0
     headers = ["NAME", "STATUS", "APP", "VERSION", "MEMBERS"] + (["PROJECT"] if len(projects) > 1 else []) + ["ID"]
     print(table(headers, [[i["name"], i["status"], i["app_slug"], i["app_version"], roles(i)]
@@ -113,17 +114,17 @@ def list_instances(args, client) -> int:
     return 0
 
 
-@command
+@command("instances_get")
 def show_instance(args, client) -> int:
     from ..client import lookup
-    from ..client.render import dump, table, when
+    from ..client.render import table, when
 
     instance = lookup.instance(client, args.instance, project_ref(args))
     members = lookup.members(client, instance["id"])
     open_ops = [op for status in ("running", "queued")
                 for op in client.pages(f"/v1/instances/{instance['id']}/operations", status=status)]
-    if json_output(args):
-        dump(instance | {"members": members, "operations": open_ops})
+    if structured(args):
+        emit(args, instance | {"members": members, "operations": open_ops})
         return 0
     fields = [
         ("project", instance["project_id"]),
@@ -154,7 +155,7 @@ def show_instance(args, client) -> int:
     return 0
 
 
-@command
+@command("credentials_issue")
 def fetch_credential(args, client) -> int:
     from ..client import lookup
     from ..client.errors import ClientError
@@ -189,15 +190,14 @@ def ssh_lines(access: dict) -> list[str]:
     return [f"ssh {port(h)}{access['username']}@{h['address']}" for h in access["login_hosts"]]
 
 
-@command
+@command("instances_access_get")
 def show_access(args, client) -> int:
     from ..client import lookup
-    from ..client.render import dump
 
     instance = lookup.instance(client, args.instance, project_ref(args))
     access = client.get(f"/v1/instances/{instance['id']}/access")
-    if json_output(args):
-        dump(access)
+    if structured(args):
+        emit(args, access)
         return 0
     print("\n".join(ssh_lines(access)))
     # Notes on stderr: stdout stays the ssh lines alone, for scripts.
@@ -213,7 +213,7 @@ def show_access(args, client) -> int:
     return 0
 
 
-@command
+@command("instances_access_map_get")
 def show_access_map(args, client) -> int:
     from ..client import lookup
     from ..client.render import dump
@@ -224,7 +224,7 @@ def show_access_map(args, client) -> int:
     return 0
 
 
-@command
+@command("instances_access_sync")
 def sync_access(args, client) -> int:
     from ..client import lookup
 
@@ -232,15 +232,14 @@ def sync_access(args, client) -> int:
     return run_operation(args, client, f"/v1/instances/{instance['id']}/access-sync")
 
 
-@command
+@command("instances_access_drift_get")
 def show_access_drift(args, client) -> int:
     from ..client import lookup
-    from ..client.render import dump
 
     instance = lookup.instance(client, args.instance, project_ref(args))
     drift = client.get(f"/v1/instances/{instance['id']}/access-drift")
-    if json_output(args):
-        dump(drift)
+    if structured(args):
+        emit(args, drift)
         return 0 if drift["in_sync"] else 1
     if drift["in_sync"]:
         print(f"{instance['name']}: the runtime's accounts and associations are the platform's")

@@ -8,7 +8,7 @@ import re
 import sys
 from pathlib import Path
 
-from ..client.cli import command, json_output, output_option, project_option, project_ref, runtime_name
+from ..client.cli import command, emit, output_option, project_option, project_ref, runtime_name, structured
 
 JOB_STATES = ("pending", "running", "succeeded", "failed", "cancelled")
 DEFAULT_PAGE = 50  # the service's own default page size
@@ -146,10 +146,9 @@ def jobs_table(jobs: list[dict]) -> str:
 
 
 def _show(args: argparse.Namespace, job: dict, heading: str | None = None) -> int:
-    from ..client.render import dump
 
-    if json_output(args):
-        dump(job)
+    if structured(args):
+        emit(args, job)
         return 0
     if heading:
         print(heading)
@@ -157,7 +156,7 @@ def _show(args: argparse.Namespace, job: dict, heading: str | None = None) -> in
     return 0
 
 
-@command
+@command("jobs_submit")
 def submit_job(args, client) -> int:
     from ..client import lookup
 
@@ -167,10 +166,9 @@ def submit_job(args, client) -> int:
     return _show(args, job, f"submitted to {instance['name']}:")
 
 
-@command
+@command("jobs_list")
 def list_jobs(args, client) -> int:
     from ..client import lookup
-    from ..client.render import dump
 
     instance = lookup.instance(client, args.instance, project_ref(args))
     path, query = f"/v1/instances/{instance['id']}/jobs", {"state": args.state, "mine": args.mine or None}
@@ -179,8 +177,8 @@ def list_jobs(args, client) -> int:
     else:
         page = client.get(path, **query, limit=args.limit)
         jobs, more = page["items"], page.get("next_cursor")
-    if json_output(args):
-        dump(jobs)
+    if structured(args):
+        emit(args, jobs)
     else:
         print(jobs_table(jobs))
     if more:
@@ -188,7 +186,7 @@ def list_jobs(args, client) -> int:
     return 0
 
 
-@command
+@command("jobs_get")
 def show_job(args, client) -> int:
     from ..client import lookup
 
@@ -196,15 +194,14 @@ def show_job(args, client) -> int:
     return _show(args, client.get(f"/v1/instances/{instance['id']}/jobs/{args.job}"))
 
 
-@command
+@command("jobs_cancel")
 def cancel_job(args, client) -> int:
     from ..client import lookup
-    from ..client.render import dump
 
     instance = lookup.instance(client, args.instance, project_ref(args))
     job = client.post(f"/v1/instances/{instance['id']}/jobs/{args.job}/cancel")
-    if json_output(args):
-        dump(job)
+    if structured(args):
+        emit(args, job)
     else:
         print(f"job {job['id']} ({job['name']}): cancel requested; now {job_state(job)}")
     return 0

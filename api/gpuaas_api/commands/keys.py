@@ -7,7 +7,7 @@ import argparse
 import sys
 from pathlib import Path
 
-from ..client.cli import command, json_output, output_option
+from ..client.cli import command, emit, output_option, structured
 
 SYNC_NOTE = "the login hosts of your running instances follow with the access sync this queued"
 
@@ -53,39 +53,36 @@ def keys_table(keys: list[dict]) -> str:
                   for k in keys])
 
 
-@command
+@command("me_ssh_keys_list")
 def list_keys(args, client) -> int:
-    from ..client.render import dump
 
     keys = client.get("/v1/me/ssh-keys")["items"]
-    if json_output(args):
-        dump(keys)
+    if structured(args):
+        emit(args, keys)
     else:
         print(keys_table(keys))
     return 0
 
 
-@command
+@command("me_ssh_keys_create")
 def add_key(args, client) -> int:
-    from ..client.render import dump
 
     key = client.post("/v1/me/ssh-keys", {"name": args.name, "public_key": read_public_key(args.file)})
-    if json_output(args):
-        dump(key)
+    if structured(args):
+        emit(args, key)
     else:
         print(f"added key {key['name']} {key['fingerprint']} (id {key['id']}); {SYNC_NOTE}")
     return 0
 
 
-@command
+@command("me_ssh_keys_delete")
 def remove_key(args, client) -> int:
     from ..client import lookup
-    from ..client.render import dump
 
     key = lookup.ssh_key(client, args.key)
     client.delete(f"/v1/me/ssh-keys/{key['id']}")
-    if json_output(args):
-        dump(key)
+    if structured(args):
+        emit(args, key)
     else:
         print(f"removed key {key['name']} {key['fingerprint']} (id {key['id']}); {SYNC_NOTE}")
     return 0

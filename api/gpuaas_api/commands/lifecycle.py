@@ -8,12 +8,13 @@ import argparse
 
 from ..client.cli import (
     command,
-    json_output,
+    emit,
     operation_options,
     output_option,
     project_option,
     project_ref,
     run_operation,
+    structured,
 )
 
 
@@ -58,7 +59,7 @@ def register(sub: argparse._SubParsersAction) -> None:
     replace.set_defaults(func=member_action, action="replace")
 
 
-@command
+@command("instances_deploy")
 def deploy_instance(args, client) -> int:
     from ..client import lookup
 
@@ -66,15 +67,15 @@ def deploy_instance(args, client) -> int:
     return run_operation(args, client, f"/v1/instances/{instance['id']}/deploy")
 
 
-@command
+@command("members_list")
 def list_members(args, client) -> int:
     from ..client import lookup
-    from ..client.render import dump, last_operation, read_line, table, when
+    from ..client.render import last_operation, read_line, table, when
 
     instance = lookup.instance(client, args.instance, project_ref(args))
     members = lookup.members(client, instance["id"])
-    if json_output(args):
-        dump(members)
+    if structured(args):
+        emit(args, members)
         return 0
     print(table(["ROLE", "NODE", "HOST", "STATUS", "REASON", "LAST OPERATION", "CORRELATION ID", "ID"],
                 [[m["role"], m["node_name"], m["host_name"], m["status"], m["status_reason"],
@@ -98,7 +99,7 @@ def _placement(args, client, instance: dict) -> dict:
     return body | ({"host_name": args.host} if args.host else {})
 
 
-@command
+@command("members_add")
 def add_member(args, client) -> int:
     from ..client import lookup
 
@@ -107,7 +108,7 @@ def add_member(args, client) -> int:
     return run_operation(args, client, f"/v1/instances/{instance['id']}/members", body)
 
 
-@command
+@command("members_drain", "members_resume", "members_remove", "members_replace")
 def member_action(args, client) -> int:
     from ..client import lookup
 

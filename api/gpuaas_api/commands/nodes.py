@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import argparse
 
-from ..client.cli import command, json_output, output_option, project_option, project_ref, runtime_name
+from ..client.cli import command, emit, output_option, project_option, project_ref, runtime_name, structured
 
 
 def register(sub: argparse._SubParsersAction) -> None:
@@ -63,15 +63,15 @@ def node_line(node: dict) -> str:
     return f"node {node['name']}: {state}{reason}; features {', '.join(node.get('features') or []) or 'none'}"
 
 
-@command
+@command("nodes_list")
 def list_nodes(args, client) -> int:
     from ..client import lookup
-    from ..client.render import dump, table
+    from ..client.render import table
 
     instance = lookup.instance(client, args.instance, project_ref(args))
     nodes = client.get(f"/v1/instances/{instance['id']}/nodes")["items"]
-    if json_output(args):
-        dump(nodes)
+    if structured(args):
+        emit(args, nodes)
         return 0
     print(table(["NAME", "STATE", "REASON", "CPUS", "MEMORY", "GPUS", "FEATURES", "PARTITIONS"],
                 [[n["name"], n["state"], n.get("reason"), n.get("cpus"),
@@ -80,16 +80,15 @@ def list_nodes(args, client) -> int:
     return 0
 
 
-@command
+@command("nodes_drain", "nodes_resume", "nodes_features_set")
 def operate_node(args, client) -> int:
     from ..client import lookup
-    from ..client.render import dump
 
     body = operation_body(args)
     instance = lookup.instance(client, args.instance, project_ref(args))
     node = client.post(f"/v1/instances/{instance['id']}/nodes/{args.node}/{args.action}", body or None)
-    if json_output(args):
-        dump(node)
+    if structured(args):
+        emit(args, node)
     else:
         print(node_line(node))
     return 0

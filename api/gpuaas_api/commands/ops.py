@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import argparse
 
-from ..client.cli import command, json_output, output_option, project_option, project_ref, wait
+from ..client.cli import command, emit, output_option, project_option, project_ref, structured, wait
 
 
 def register(sub: argparse._SubParsersAction) -> None:
@@ -34,15 +34,15 @@ def register(sub: argparse._SubParsersAction) -> None:
     cancel.set_defaults(func=cancel_operation)
 
 
-@command
+@command("operations_list")
 def list_operations(args, client) -> int:
     from ..client import lookup
-    from ..client.render import dump, table, when
+    from ..client.render import table, when
 
     instance = lookup.instance(client, args.instance, project_ref(args))
     found = list(client.pages(f"/v1/instances/{instance['id']}/operations", status=args.status))
-    if json_output(args):
-        dump(found)
+    if structured(args):
+        emit(args, found)
     else:
         print(table(["OPERATION", "KIND", "STATUS", "ATTEMPT", "CREATED", "FINISHED"],
                     [[op["id"], op["kind"], op["status"], op["attempt"], when(op["created_at"]),
@@ -50,18 +50,18 @@ def list_operations(args, client) -> int:
     return 0
 
 
-@command
+@command("operations_get")
 def show_operation(args, client) -> int:
     from ..client import lookup
     from ..client.follow import duration, history
-    from ..client.render import dump, when
+    from ..client.render import when
 
     op = client.get(f"/v1/operations/{lookup.operation_id(client, args.operation, project_ref(args))}")
     progress = history(client, op)
     tasks = {"done": progress.done, "started": progress.started, "failed": progress.failed,
              "hosts": sorted(progress.hosts), "running": progress.running, "failure": progress.failure}
-    if json_output(args):
-        dump(op | {"progress": tasks})
+    if structured(args):
+        emit(args, op | {"progress": tasks})
         return 0
     rows = [("kind", op["kind"]), ("status", op["status"] + (" (cancel requested)" if op["cancel_requested"] else "")),
             ("instance", op["instance_id"]), ("attempt", f"{op['attempt']} of {op['max_attempts']}"),
@@ -82,7 +82,7 @@ def show_operation(args, client) -> int:
     return 0
 
 
-@command
+@command("operations_get", "events_stream")
 def follow_operation(args, client) -> int:
     from ..client import lookup
 
@@ -90,14 +90,13 @@ def follow_operation(args, client) -> int:
     return wait(args, client, op)
 
 
-@command
+@command("operations_cancel")
 def cancel_operation(args, client) -> int:
     from ..client import lookup
-    from ..client.render import dump
 
     op = client.post(f"/v1/operations/{lookup.operation_id(client, args.operation, project_ref(args))}/cancel")
-    if json_output(args):
-        dump(op)
+    if structured(args):
+        emit(args, op)
     else:
         print(f"{op['kind']} {op['id']}: {op['status']}" + (", cancel requested" if op["cancel_requested"] else ""))
     return 0

@@ -7,7 +7,7 @@ from __future__ import annotations
 import argparse
 import sys
 
-from ..client.cli import command, json_output, output_option, project_option, project_ref
+from ..client.cli import command, emit, output_option, project_option, project_ref, structured
 
 SYNC_NOTE = "the runtime follows with the access sync this queued"
 
@@ -69,15 +69,14 @@ def _attachments_table(items: list[dict]) -> str:
 
 
 def _show(args, value: dict | list, text: str) -> None:
-    from ..client.render import dump
 
-    if json_output(args):
-        dump(value)
+    if structured(args):
+        emit(args, value)
     else:
         print(text)
 
 
-@command
+@command("attachments_list", "project_attachments_list")
 def list_attachments(args, client) -> int:
     from ..client import lookup
     from ..client.errors import ClientError
@@ -93,7 +92,7 @@ def list_attachments(args, client) -> int:
     return 0
 
 
-@command
+@command("attachments_create", "attachments_detach")
 def change_attachment(args, client) -> int:
     from ..client import lookup
 
@@ -106,7 +105,7 @@ def change_attachment(args, client) -> int:
         done = client.post(f"/v1/instances/{instance['id']}/attachments/{target['id']}/detach",
                            {"reason": args.reason})
     _show(args, done, _attachments_table([done]))
-    if not json_output(args):
+    if not structured(args):
         print(f"gpuaas: {SYNC_NOTE} ({len(done['operation_ids'])} operation(s) queued)", file=sys.stderr)
     return 0
 
@@ -119,7 +118,7 @@ def _grants_table(items: list[dict]) -> str:
                    when(g["created_at"]), g["id"]] for g in items])
 
 
-@command
+@command("submit_grants_list")
 def list_grants(args, client) -> int:
     from ..client import lookup
 
@@ -154,7 +153,7 @@ def _principal(client, instance: dict, args) -> tuple[str, str]:
     return "user", found[0]["id"]
 
 
-@command
+@command("submit_grants_create")
 def add_grant(args, client) -> int:
     from ..client import lookup
 
@@ -164,12 +163,12 @@ def add_grant(args, client) -> int:
     done = client.post(f"/v1/instances/{instance['id']}/submit-grants", {
         "principal_kind": kind, "principal_id": principal_id, "target_project_id": into["id"], "reason": args.reason})
     _show(args, done, _grants_table([done]))
-    if not json_output(args):
+    if not structured(args):
         print(f"gpuaas: {SYNC_NOTE}", file=sys.stderr)
     return 0
 
 
-@command
+@command("submit_grants_revoke")
 def revoke_grant(args, client) -> int:
     from ..client import lookup
 
@@ -179,7 +178,7 @@ def revoke_grant(args, client) -> int:
     return 0
 
 
-@command
+@command("instances_billing_get")
 def show_billing(args, client) -> int:
     from ..client import lookup
     from ..client.render import table

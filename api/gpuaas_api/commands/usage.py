@@ -25,8 +25,8 @@ def register(sub: argparse._SubParsersAction) -> None:
                                                                 "it has an offset (default: the 1st of this month)")
     p.add_argument("--end", type=moment, metavar="WHEN", help="the window's end, excluded (default: now)")
     p.add_argument("--dimension", choices=DIMENSIONS, help="only member hours or only jobs (a project's records)")
-    p.add_argument("-o", "--output", choices=("table", "json", "csv"), default="table",
-                   help="table for people (default), json or csv for scripts and spreadsheets")
+    p.add_argument("-o", "--output", choices=("table", "json", "yaml", "csv"), default="table",
+                   help="table for people (default), json, yaml or csv for scripts and spreadsheets")
     p.set_defaults(func=show_usage)
 
 
@@ -109,7 +109,7 @@ def tenant_table(usage: dict) -> str:
     return listed + "\n\n" + totals_table(sums)
 
 
-@command
+@command("usage_project_get", "usage_tenant_get")
 def show_usage(args, client) -> int:
     from ..client import lookup
     from ..client.errors import ClientError
@@ -132,8 +132,8 @@ def show_usage(args, client) -> int:
         sys.stdout.write(_csv(client, path, params))
         return 0
     usage = client.get(path, **params) if args.tenant is not None else project_records(client, path, params)
-    if args.output == "json":
-        dump(usage)
+    if args.output in ("json", "yaml"):
+        dump(usage, fmt=args.output)
     else:
         print(tenant_table(usage) if args.tenant is not None else records_table(usage))
     return 0
