@@ -30,7 +30,9 @@ description:
   - Lifecycle playbooks expect one instance per run (one controller in C(slurm_controller)); give O(instances)
     one name, or use one inventory source per instance. Two instances whose hosts share a node name cannot be
     in one inventory; the plugin says so.
-  - The file must end in C(gpuaas.yml) or C(gpuaas.yaml).
+  - The file must end in C(gpuaas.yml) or C(gpuaas.yaml). O(url), O(project_id), O(instances) and O(action) may
+    come from the environment instead; an AWX inventory source sourced from a project sets its source variables
+    as environment variables.
 author:
   - gpuaas.apps developers (@gpuaas)
 extends_documentation_fragment:
@@ -58,11 +60,15 @@ options:
     description: The project whose instances to read.
     type: str
     required: true
+    env:
+      - name: GPUAAS_PROJECT_ID
   instances:
     description: Names (or ids) of the instances to include; default every instance of the project.
     type: list
     elements: str
     default: []
+    env:
+      - name: GPUAAS_INSTANCES
   action:
     description:
       - The operation kind whose run the inventory describes, such as V(deploy), V(member_add) or V(reconfigure).
@@ -71,6 +77,8 @@ options:
       - Only an app whose adapter declares C(action_vars) needs it (the Slurm, OCI and RKE2 adapters declare none).
         A job template runs one playbook, so such an app takes one inventory source per action that has them.
     type: str
+    env:
+      - name: GPUAAS_ACTION
   statuses:
     description: Instance statuses to include.
     type: list
@@ -144,9 +152,9 @@ class InventoryModule(BaseInventoryPlugin, Constructable, Cacheable):
 
     def _fetch(self):
         """[(instance, inventory)] for the selected instances of the project, every page read."""
-        api = ControlService("gpuaas inventory", self.get_option("url"), read_token("gpuaas inventory",
-                                                                                   self.get_option("token_file")),
-                             self.get_option("validate_certs"), self.get_option("timeout"))
+        token = read_token("gpuaas inventory", self.get_option("token_file"))
+        api = ControlService("gpuaas inventory", self.get_option("url"), token, self.get_option("validate_certs"),
+                             self.get_option("timeout"))
         wanted = set(self.get_option("instances"))
         statuses = set(self.get_option("statuses"))
         project = self.get_option("project_id")

@@ -20,8 +20,9 @@ LIFECYCLE = sorted(p.stem for p in (ROOT / "playbooks").glob("slurm_*.yml"))
 # Every playbook at the top of playbooks/ is a lifecycle action (slurm_*, oci_*): a job template's playbook.
 JOB_TEMPLATES = sorted(f"playbooks/{p.name}" for p in (ROOT / "playbooks").glob("*.yml"))
 # Files AWX lists too, although they are no job templates (docs/awx.md names them): molecule scenarios, test
-# playbooks and the YAML example inventories (their `hosts:` keys match AWX's playbook pattern).
-LISTED_BUT_NOT_JOB_TEMPLATES = ("molecule/", "tests/", "inventories/", "bench/")
+# playbooks, the YAML example inventories (their `hosts:` keys match AWX's playbook pattern), the benchmarks' and the
+# AWX setup (awx/setup.yml, run against AWX's API).
+LISTED_BUT_NOT_JOB_TEMPLATES = ("molecule/", "tests/", "inventories/", "bench/", "awx/")
 SURVEY_TYPES = {"text", "textarea", "password", "integer", "float", "multiplechoice", "multiselect"}
 
 
@@ -32,6 +33,11 @@ def test_the_execution_environment_context_builds_offline(tmp_path):
     assert done.returncode == 0, done.stdout + done.stderr
     containerfile = (tmp_path / "context" / "Containerfile").read_text()
     assert "ansible-core>=2.19,<2.20" in containerfile and "ansible-runner>=2.4,<2.5" in containerfile
+    # A supported base (CentOS Stream 9, as AWX's own awx-ee; ansible-builder takes only dnf/microdnf images), with
+    # the Python that ansible-core 2.19 needs on a controller (3.11; the stream's python3 is 3.9).
+    assert 'ARG EE_BASE_IMAGE="quay.io/centos/centos:stream9"' in containerfile, containerfile
+    assert 'ARG PYCMD="/usr/bin/python3.11"' in containerfile and 'ARG PYPKG="python3.11"' in containerfile
+    assert 'ARG PKGMGR="/usr/bin/dnf"' in containerfile
     build = tmp_path / "context" / "_build"
     assert "openssh-client" in (build / "bindep.txt").read_text()
 
@@ -109,8 +115,23 @@ def playbook_text(name: str) -> str:
     return text
 
 
-def test_every_lifecycle_playbook_has_a_survey():
-    assert [p.stem for p in SURVEYS] == LIFECYCLE
+# A job against a control service instance gets what the service's run of it would (test_awx_runs.py): the catalog's
+# pins, the parameters, the secrets and the access map. Playbooks that take nothing else have no survey: a survey's
+# answer would be an extra variable overriding them (AWX passes a blank optional answer as an empty value).
+NO_SURVEY = {"slurm_deploy", "slurm_reconfigure", "slurm_access"}
+SLURM = yaml.safe_load((ROOT / "adapters" / "slurm.yml").read_text())
+FROM_THE_SERVICE = (set(SLURM["vars"]) | set(SLURM["parameters"]["properties"]) | set(SLURM["secrets"])
+                    | {SLURM["access"]["variable"]})
+
+
+def test_every_lifecycle_playbook_that_takes_a_jobs_own_variables_has_a_survey():
+    assert [p.stem for p in SURVEYS] == sorted(set(LIFECYCLE) - NO_SURVEY)
+
+
+@pytest.mark.parametrize("path", SURVEYS, ids=lambda p: p.stem)
+def test_no_survey_overrides_what_the_service_gives_a_run(path):
+    asked = {q["variable"] for q in json.loads(path.read_text())["spec"]}
+    assert not asked & FROM_THE_SERVICE
 
 
 @pytest.mark.parametrize("path", SURVEYS, ids=lambda p: p.stem)

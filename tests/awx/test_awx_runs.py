@@ -3,8 +3,9 @@
 AWX cannot run here; this is a test double of it, doing what AWX does with this repository's setup (awx/setup.yml):
 - the project update installs the collection from collections/requirements.yml (project.py), and the app's
   collection (the test app's build, tests/apps/opsapp, as the service runs it);
-- the inventory sync runs the collection's inventory plugin with ansible-inventory --list --export, the control
-  service credential's environment injected (GPUAAS_API, GPUAAS_TOKEN, ANSIBLE_VARS_ENABLED), and keeps its
+- the inventory sync runs the inventory source's file (awx/inventory.gpuaas.yml: the collection's inventory plugin)
+  with ansible-inventory --list --export, the source's variables and the control service credential's environment
+  injected (GPUAAS_PROJECT_ID, GPUAAS_INSTANCES; GPUAAS_API, GPUAAS_TOKEN, ANSIBLE_VARS_ENABLED), and keeps its
   JSON (AWX imports it into its database);
 - the job gets that inventory back as an inventory script (AWX writes one into each job's private data directory)
   and runs the playbook through ansible_runner.run with the same credential's environment: the collection's
@@ -28,14 +29,13 @@ import uuid
 from pathlib import Path
 
 import ansible_runner
-import yaml
 from gpuaas_api.executor import plan as planner
 from gpuaas_api.executor import runner
 from gpuaas_api.executor.content import run_content
 from gpuaas_api.instances import service as instances
 from operations.helpers import make_instance, serving, wait_op
 
-from .project import BIN, ROOT, project_update
+from .project import BIN, ROOT, credential_env, inventory_source_env, project_update
 
 SA = "service_account"
 RUN_VARS = Path(__file__).with_name("run_vars.yml")
@@ -70,20 +70,19 @@ def service_run(ops, op_id: str, marker: Path, tmp_path: Path) -> tuple[planner.
     return plan, take_markers(marker)
 
 
-def credential_env(url: str, token: str, collections: str) -> dict[str, str]:
-    """What the control service credential type of awx/setup.yml injects, and where the job's collections are."""
-    return {"GPUAAS_API": url, "GPUAAS_TOKEN": token, "ANSIBLE_VARS_ENABLED": "host_group_vars,gpuaas.apps.run_secrets",
-            "ANSIBLE_COLLECTIONS_PATH": collections, "ANSIBLE_NOCOLOR": "1",
-            "ANSIBLE_INVENTORY_UNPARSED_FAILED": "True", "PATH": f"{BIN}:{os.environ['PATH']}"}
+def job_env(url: str, token: str, collections: str) -> dict[str, str]:
+    """A job's environment: what awx/setup.yml's control service credential injects, and where AWX put the
+    project's collections."""
+    return credential_env(url, token) | {
+        "ANSIBLE_COLLECTIONS_PATH": collections, "ANSIBLE_NOCOLOR": "1", "ANSIBLE_INVENTORY_UNPARSED_FAILED": "True",
+        "PATH": f"{BIN}:{os.environ['PATH']}"}
 
 
-def inventory_sync(tmp_path: Path, env: dict, **source) -> str:
-    """AWX's inventory update: the inventory source's file (no token in it) read by ansible-inventory; the JSON
-    AWX imports."""
-    path = tmp_path / "awx.gpuaas.yml"
-    path.write_text(yaml.safe_dump({"plugin": "gpuaas.apps.gpuaas"} | source))
-    done = subprocess.run([str(BIN / "ansible-inventory"), "-i", str(path), "--list", "--export"], env=env,
-                          capture_output=True, text=True, timeout=120)
+def inventory_sync(env: dict) -> str:
+    """AWX's inventory update of awx/setup.yml's inventory source: awx/inventory.gpuaas.yml read by ansible-inventory
+    with the source's variables in the environment; the JSON AWX imports."""
+    done = subprocess.run([str(BIN / "ansible-inventory"), "-i", str(ROOT / "awx" / "inventory.gpuaas.yml"), "--list",
+                           "--export"], env=env, capture_output=True, text=True, timeout=120)
     assert done.returncode == 0, done.stderr
     return done.stdout
 
@@ -127,9 +126,10 @@ def test_an_awx_job_runs_with_the_services_variables_and_secrets(ops, app, tmp_p
     awx_collections = project_update(tmp_path / "awx-collections").parents[2]
     collections = f"{awx_collections}:{run_content(ops.settings, ops.database, plan)}"
     with serving(app) as url, caplog.at_level(logging.DEBUG):
-        env = credential_env(url, ops.w.tokens[SA], collections)
-        imported = inventory_sync(tmp_path, env, project_id=ops.ids["project_a1"], instances=["awx"],
-                                  action="deploy")
+        env = job_env(url, ops.w.tokens[SA], collections)
+        # The test app's adapter declares action_vars: its inventory source names the action (GPUAAS_ACTION).
+        source = inventory_source_env(gpuaas_awx_project_id=ops.ids["project_a1"], gpuaas_awx_instance="awx")
+        imported = inventory_sync(env | source | {"GPUAAS_ACTION": "deploy"})
         served = ops.w.call(SA, "GET", f"/v1/instances/{instance['id']}/inventory", 200,
                             params={"action": "deploy"}).text
         job = awx_job(tmp_path, imported, env)
