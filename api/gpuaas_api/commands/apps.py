@@ -5,6 +5,48 @@ import sys
 from pathlib import Path
 
 from ..client.cli import command, emit, output_option, structured, url_option
+from ..client.verbs import Verb, add, arg, resource
+
+
+def _artifact(client, ref, args) -> str:
+    """An artifact by id or any unique start of it, among every app's."""
+    from ..client import lookup
+
+    if lookup.is_uuid(ref):
+        return ref
+    found = (a for app in client.pages("/v1/catalog/apps")
+             for a in client.pages(f"/v1/catalog/apps/{app['slug']}/artifacts"))
+    return lookup.by_id("artifact", ref, found, "the catalog")["id"]
+
+
+APP = arg("slug", metavar="APP", to="path", help="the app's slug (gpuaas apps list)")
+VERSION = arg("version", metavar="VERSION", to="path", help="the version, e.g. 1.2.0")
+ARTIFACT = arg("artifact", metavar="ARTIFACT", to="path", key="artifact_id", resolve=_artifact,
+               help="its id or any unique start of it")
+REASON = arg("--reason", required=True, help="why (audited)")
+VERSION_COLUMNS = ("app_slug", "version", "status", "artifact_reference", "artifact_status", "updated_at", "id")
+ARTIFACT_COLUMNS = ("app_slug", "kind", "reference", "status", "updated_at", "id")
+SHOW_APP = Verb("show", "catalog_apps_get", "GET", "/v1/catalog/apps/{slug}", "one app of the catalog", (APP,))
+VERSIONS = (
+    Verb("list", "catalog_versions_list", "GET", "/v1/catalog/apps/{slug}/versions", "an app's versions", (APP,),
+         VERSION_COLUMNS),
+    Verb("show", "catalog_versions_get", "GET", "/v1/catalog/apps/{slug}/versions/{version}",
+         "one version: its artifacts, compatibility, runtime profile and adapter", (APP, VERSION)),
+    Verb("transition", "catalog_versions_transition", "POST", "/v1/catalog/apps/{slug}/versions/{version}/transitions",
+         "promote or retire a version (draft, canary, active, deprecated; platform admins)",
+         (APP, VERSION, arg("--to", required=True, choices=("draft", "canary", "active", "deprecated")), REASON),
+         VERSION_COLUMNS),
+)
+ARTIFACTS = (
+    Verb("list", "catalog_artifacts_list", "GET", "/v1/catalog/apps/{slug}/artifacts",
+         "an app's artifacts: the collection builds and images its versions pin",
+         (APP, arg("--status", to="query", help="only artifacts in this status")), ARTIFACT_COLUMNS),
+    Verb("show", "catalog_artifacts_get", "GET", "/v1/catalog/artifacts/{artifact_id}", "one artifact", (ARTIFACT,)),
+    Verb("transition", "catalog_artifacts_transition", "POST", "/v1/catalog/artifacts/{artifact_id}/transitions",
+         "promote or retire an artifact (draft, staged, canary, active, deprecated, retired; platform admins)",
+         (ARTIFACT, arg("--to", required=True, choices=("draft", "staged", "canary", "active", "deprecated",
+                                                         "retired")), REASON), ARTIFACT_COLUMNS),
+)
 
 
 def register(sub: argparse._SubParsersAction) -> None:
@@ -29,6 +71,10 @@ def register(sub: argparse._SubParsersAction) -> None:
     ls = asub.add_parser("list", help="the apps of the catalog with their versions (any token that may read it)")
     output_option(ls)
     ls.set_defaults(func=list_apps)
+    add(asub, SHOW_APP)
+    resource(sub, "versions", "the catalog's app versions: list, show, transition", VERSIONS)
+    resource(sub, "artifacts", "the catalog's artifacts (collection builds, images): list, show, transition",
+             ARTIFACTS)
 
 
 @command("catalog_apps_list", "catalog_versions_list")
