@@ -15,6 +15,7 @@ import select
 import signal
 import struct
 import subprocess
+import tarfile
 import termios
 import threading
 import time
@@ -158,6 +159,19 @@ def test_deploy_and_member_operations_are_followed_to_their_end(ops, cli):
     recent = cli("events", "tail", "life", "-n", "2", "--type", "operation.succeeded", "-o", "json", token=token)
     assert [json.loads(line)["payload"]["kind"] for line in recent.stdout.splitlines()] == ["member_replace",
                                                                                             "member_remove"]
+
+    # The deploy's run directory as the service keeps it (by the short id the output prints), then the end of the
+    # lifecycle for real: decommission (followed to its end), delete.
+    archive = cli.home / "deploy.tar.gz"
+    fetched = cli("ops", "artifacts", deploy_id[:8], "--file", str(archive), token=token)
+    assert fetched.returncode == 0 and fetched.stdout.startswith(f"{archive}: "), fetched.stderr
+    with tarfile.open(archive) as tar:
+        assert any(name.endswith("inventory/hosts.json") for name in tar.getnames()), tar.getnames()
+    succeeded(cli("instances", "decommission", "life", token=token), "decommission")
+    assert ops.w.call(SA, "GET", f"/v1/instances/{instance['id']}", 200).json()["status"] == "stopped"
+    deleted = cli("instances", "delete", "life", token=token)
+    assert (deleted.returncode, deleted.stdout) == (0, "deleted instance life\n"), deleted.stderr
+    ops.w.call(SA, "GET", f"/v1/instances/{instance['id']}", 404)
 
 
 def run_on_terminal(args: list[str], env: dict, until: str, timeout: float = 120) -> tuple[subprocess.Popen, int, str]:

@@ -54,7 +54,11 @@ def test_a_tenant_admin_attaches_grants_and_reads_the_split_and_the_drift(ops, c
         assert (grant["principal_name"], grant["account"]) == ("operator", "project-a2"), granted.stderr
         assert [r[:3] for r in table(cli("shared", "grants", "shared", token=ta))[1:]] == [
             ["operator", "service_account", "project-a2"]]
-        assert table(cli("shared", "revoke", "shared", grant["id"], token=ta))[1][0] == "operator"
+        # One grant, one attachment (issue 27: every route has a verb); ids by any unique start.
+        assert [r[-1] for r in table(cli("shared", "grants", "shared", grant["id"][:8], token=ta))[1:]] == [grant["id"]]
+        assert [r[:5] for r in table(cli("shared", "attachments", "shared", "project-a2", token=ta))[1:]] == [
+            ["shared", "project-a2", "project-a2", "-", "attached"]]
+        assert table(cli("shared", "revoke", "shared", grant["id"][:8], token=ta))[1][0] == "operator"
         assert table(cli("shared", "grants", "shared", token=ta)) == [
             ["PRINCIPAL", "KIND", "INTO", "ACCOUNT", "REASON", "SINCE", "ID"]]
         missing = cli("shared", "grant", "shared", "--service-account", "project-a1/nobody", "--into", "project-a2",

@@ -1,5 +1,6 @@
-"""`gpuaas instances list|show|credential|access|access-map|access-sync|access-drift`: a tenant's app instances,
-through the public API."""
+"""`gpuaas instances`: a tenant's app instances through the public API: list, show, create, update, delete, the
+lifecycle operations (deploy, reconfigure, upgrade, rollback, refresh, decommission: each followed to its end),
+the inventory, a credential, logins (access, access-map, access-sync, access-drift)."""
 
 from __future__ import annotations
 
@@ -19,12 +20,141 @@ from ..client.cli import (
     run_operation,
     structured,
 )
+from ..client.verbs import Verb, add, arg, instance_id, project, project_id
+
+
+def pair(value: str) -> tuple[str, str]:
+    """argparse type of KEY=VALUE."""
+    key, sep, text = value.partition("=")
+    if not key or not sep:
+        raise argparse.ArgumentTypeError(f"{value!r} is not KEY=VALUE")
+    return key, text
+
+
+def role_count(value: str) -> dict:
+    """argparse type of --role ROLE=COUNT."""
+    role, _, count = value.partition("=")
+    if not role or not count.isdigit():
+        raise argparse.ArgumentTypeError(f"{value!r} is not ROLE=COUNT")
+    return {"role": role, "count": int(count)}
+
+
+def _parameters(client, pairs, args) -> dict | None:
+    """--params FILE (YAML or JSON) with each --param KEY=VALUE over it; a VALUE is read as YAML (`3`, `true`,
+    `[a, b]`), as `helm --set` reads it."""
+    import yaml
+
+    from ..client.errors import ClientError
+
+    values = {}
+    if args.params:
+        try:
+            values = yaml.safe_load(Path(args.params).read_text() if args.params != "-" else sys.stdin.read()) or {}
+        except (OSError, yaml.YAMLError) as exc:
+            raise ClientError(f"cannot read parameters from {args.params}: {exc}") from None
+        if not isinstance(values, dict):
+            raise ClientError(f"{args.params} holds no mapping of parameters")
+    return values | {k: yaml.safe_load(v) for k, v in pairs or []} or None
+
+
+PARAMETERS = (arg("--param", dest="parameters", action="append", type=pair, metavar="KEY=VALUE", key="parameters",
+                  resolve=_parameters, help="a parameter of the app (repeatable; VALUE read as YAML)"),
+              arg("--params", metavar="FILE", to="", help="the parameters as a YAML or JSON mapping (- : stdin)"))
+
+
+def _allocations(client, refs, args) -> list[str]:
+    from ..client import lookup
+
+    project = project_id(client, args.project, args)
+    return [lookup.allocation(client, project, ref) for ref in refs]
+
+
+def _projects(client, refs, args) -> list[str] | None:
+    from ..client import lookup
+
+    return None if refs is None else [lookup.project(client, ref)["id"] for ref in refs]
+
+
+def _labels(client, pairs, args) -> dict | None:
+    """--label KEY=VALUE and --remove-label KEY as a JSON merge patch (null removes)."""
+    labels = dict(pairs or []) | dict.fromkeys(getattr(args, "remove_label", None) or [])
+    return labels or None
+
+
+INSTANCE = arg("instance", metavar="INSTANCE", to="path", key="instance_id", resolve=instance_id,
+               help="the instance's id or name")
+IN_PROJECT = arg("--project", metavar="ID|NAME", to="", help="the project to look the name up in")
+INSTANCE_COLUMNS = ("name", "status", "app_slug", ("VERSION", "app_version"), ("MEMBERS", lambda i: roles(i)),
+                    "project_id", "id")
+ATTACHABLE = arg("--attachable-project", dest="attachable_project_ids", action="append", metavar="PROJECT",
+                 resolve=_projects, help="a project that may attach to this tenant-shared runtime (repeatable)")
+INSTANCE_VERBS = (
+    Verb("create", "instances_create", "POST", "/v1/projects/{project_id}/instances",
+         "create an instance of an app on a project's allocations (then: gpuaas deploy NAME)",
+         (arg("name", metavar="NAME", help="lowercase letters, digits and -"), project(),
+          arg("--app", dest="app_slug", required=True, metavar="SLUG", help="the app (gpuaas apps list)"),
+          arg("--version", help="the app's version (default: its newest active one)"),
+          arg("--allocation", dest="allocation_ids", action="append", required=True, metavar="ID|NAME",
+              resolve=_allocations, help="an allocation whose hosts its members use (repeatable)"),
+          arg("--role", dest="topology", action="append", type=role_count, metavar="ROLE=COUNT",
+              help="how many members of a role (repeatable; default: the app's minimum)"),
+          *PARAMETERS,
+          arg("--label", dest="labels", action="append", type=pair, metavar="KEY=VALUE", resolve=_labels,
+              help="a label (repeatable)"),
+          arg("--control-plane-scope", choices=("project", "tenant"),
+              help="tenant: a tenant-shared runtime other projects attach to (tenant admins)"),
+          arg("--environment", help="a tenant-shared runtime's environment (default: default)"),
+          ATTACHABLE,
+          arg("--canary", action="store_true", default=None, help="opt in to canary versions")), INSTANCE_COLUMNS),
+    Verb("update", "instances_update", "PATCH", "/v1/instances/{instance_id}",
+         "change an instance's labels, its canary opt-in, or a shared runtime's attachable projects",
+         (INSTANCE, IN_PROJECT,
+          arg("--label", dest="labels", action="append", type=pair, metavar="KEY=VALUE", resolve=_labels,
+              help="set a label (repeatable)"),
+          arg("--remove-label", action="append", metavar="KEY", to="", help="remove a label (repeatable)"),
+          arg("--canary", action=argparse.BooleanOptionalAction, default=None,
+              help="opt in to (or out of) canary versions"),
+          ATTACHABLE), INSTANCE_COLUMNS),
+    Verb("delete", "instances_delete", "DELETE", "/v1/instances/{instance_id}",
+         "delete an instance that runs nothing (created, or stopped by decommission)", (INSTANCE, IN_PROJECT),
+         done="deleted instance {instance}"),
+    Verb("inventory", "instances_inventory_get", "GET", "/v1/instances/{instance_id}/inventory",
+         "the instance's Ansible inventory, as the platform's own runs use it (ansible-playbook -i FILE; default "
+         "JSON)", (INSTANCE, IN_PROJECT), output="json"),
+)
+# The lifecycle operations: (action, operation id, help); each followed to its end like `gpuaas deploy`.
+OPERATIONS = (
+    ("deploy", "instances_deploy", "deploy a created (or failed) instance: its secrets, the adapter's deploy run; "
+                                   "running once the run proved it works"),
+    ("reconfigure", "instances_reconfigure", "apply changed parameters to the running instance (--param, --params: "
+                                             "merged over its parameters, kept on success)"),
+    ("upgrade", "instances_upgrade", "move to another active version of its app (the current one is kept for "
+                                     "rollback)"),
+    ("rollback", "instances_rollback", "go back to the version before the last upgrade"),
+    ("refresh", "instances_refresh", "read the members' state from the runtime (read-only) and set their statuses "
+                                     "to match"),
+    ("decommission", "instances_decommission", "tear the runtime down on every host; the instance ends stopped "
+                                               "and can then be deleted"),
+)
 
 
 def register(sub: argparse._SubParsersAction) -> None:
-    p = sub.add_parser("instances", help="app instances: list them, show one with its members, fetch a "
-                                         "credential, log in")
+    p = sub.add_parser("instances", help="app instances: list, show, create, update, delete, deploy, reconfigure, "
+                                         "upgrade, rollback, refresh, decommission, inventory, credentials, logins")
     isub = p.add_subparsers(dest="instances_command", metavar="ACTION", required=True)
+    for verb in INSTANCE_VERBS:
+        add(isub, verb)
+    for action, operation, text in OPERATIONS:
+        one = isub.add_parser(action, help=text, description=text)
+        one.add_argument("instance", metavar="INSTANCE", help="the instance's id or name")
+        if action == "reconfigure":
+            for a in PARAMETERS:
+                one.add_argument(*a.flags, **a.options)
+        if action == "upgrade":
+            one.add_argument("--version", required=True, help="the version to move to (as gpuaas versions list "
+                                                              "shows it), or its id")
+        operation_options(one)
+        one.set_defaults(func=command(operation)(lifecycle), action=action)
     ls = isub.add_parser("list", help="the instances of a project (default: of every project the token may read)")
     project_option(ls)
     ls.add_argument("--status", help="only instances in this status (created, running, failed, ...)")
@@ -46,6 +176,15 @@ def register(sub: argparse._SubParsersAction) -> None:
     cred.add_argument("--force", action="store_true", help="replace FILE when it exists")
     project_option(cred)
     cred.set_defaults(func=fetch_credential)
+    secrets = isub.add_parser("run-secrets", help="the secrets and the access map a run of the instance gets, as an "
+                                                  "extra-vars file only you may read, for a run outside the platform "
+                                                  "(ansible-playbook -e @FILE; AWX reads them itself); audited")
+    secrets.add_argument("instance", metavar="ID|NAME")
+    secrets.add_argument("--file", metavar="FILE", help="the file to create, mode 0600 (default: "
+                                                        "INSTANCE-run-secrets.json); - prints them instead")
+    secrets.add_argument("--force", action="store_true", help="replace FILE when it exists")
+    project_option(secrets)
+    secrets.set_defaults(func=fetch_run_secrets)
     access = isub.add_parser("access", help="how you log in to the instance: one `ssh USER@HOST` line per login "
                                             "host (your keys: `gpuaas keys`)")
     access.add_argument("instance", metavar="ID|NAME")
@@ -183,6 +322,31 @@ def fetch_credential(args, client) -> int:
     return 0
 
 
+@command("instances_run_secrets_issue")
+def fetch_run_secrets(args, client) -> int:
+    import json
+
+    from ..client import lookup
+    from ..client.errors import ClientError
+
+    instance = lookup.instance(client, args.instance, project_ref(args))
+    path = None if args.file == "-" else Path(args.file or f"{instance['name']}-run-secrets.json")
+    # Decided before asking, as for a credential: every reading is audited.
+    if path is not None and (path.exists() or path.is_symlink()) and not args.force:
+        raise ClientError(f"{path} exists; pass --force to replace it")
+    issued = client.request("POST", f"/v1/instances/{instance['id']}/run-secrets", retry=False)
+    text = json.dumps(issued["variables"], indent=2) + "\n"
+    if path is None:
+        sys.stdout.write(text)
+        return 0
+    try:
+        write_private(path, text, replace=args.force)
+    except OSError as exc:
+        raise ClientError(f"cannot write {path}: {exc.strerror} (the secrets were read; ask again)") from None
+    print(f"{path}: {', '.join(sorted(issued['variables']))} of {instance['name']} (mode 0600; -e @{path})")
+    return 0
+
+
 def ssh_lines(access: dict) -> list[str]:
     """One ssh command per login host (`-p PORT` where the port is not 22)."""
     def port(host: dict) -> str:
@@ -222,6 +386,20 @@ def show_access_map(args, client) -> int:
     # The shape of an extra-vars file: `-e @map.json` by hand, the same text in the AWX survey.
     dump({"gpuaas_access": client.get(f"/v1/instances/{instance['id']}/access-map")})
     return 0
+
+
+def lifecycle(args, client) -> int:
+    from ..client import lookup
+
+    instance = lookup.instance(client, args.instance, project_ref(args))
+    body = None
+    if args.action == "reconfigure":
+        body = {"parameters": _parameters(client, args.parameters, args) or {}}
+    elif args.action == "upgrade":
+        version = args.version if lookup.is_uuid(args.version) else \
+            client.get(f"/v1/catalog/apps/{instance['app_slug']}/versions/{args.version}")["id"]
+        body = {"app_version_id": version}
+    return run_operation(args, client, f"/v1/instances/{instance['id']}/{args.action}", body)
 
 
 @command("instances_access_sync")

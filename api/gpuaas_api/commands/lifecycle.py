@@ -24,13 +24,21 @@ def register(sub: argparse._SubParsersAction) -> None:
     operation_options(deploy)
     deploy.set_defaults(func=deploy_instance)
 
-    p = sub.add_parser("members", help="an instance's members: list, add, drain, resume, remove, replace")
+    p = sub.add_parser("members", help="an instance's members: list, show, add, drain, resume, remove, replace")
     msub = p.add_subparsers(dest="members_command", metavar="ACTION", required=True)
     ls = msub.add_parser("list", help="the instance's members")
     ls.add_argument("instance", metavar="INSTANCE", help="the instance's id or name")
     output_option(ls)
     project_option(ls)
     ls.set_defaults(func=list_members)
+
+    show = msub.add_parser("show", help="one member: role, host, status, its last operation, what the last health "
+                                        "check read")
+    show.add_argument("instance", metavar="INSTANCE", help="the instance's id or name")
+    show.add_argument("member", metavar="MEMBER", help="the member's id, node name or host name")
+    output_option(show)
+    project_option(show)
+    show.set_defaults(func=show_member)
 
     add = msub.add_parser("add", help="add a member on a free host of an allocation")
     add.add_argument("instance", metavar="INSTANCE", help="the instance's id or name")
@@ -89,6 +97,19 @@ def list_members(args, client) -> int:
         print(table(["NODE", "CHECKED", "REACHABLE", "OBSERVED", "READ"],
                     [[m["node_name"], when(m["runtime"]["checked_at"]), reachable.get(m["runtime"].get("reachable")),
                       m["runtime"].get("observed"), read_line(m["runtime"])] for m in checked]))
+    return 0
+
+
+@command("members_get")
+def show_member(args, client) -> int:
+    from ..client import lookup
+    from ..client.render import fields
+
+    member = lookup.member(client, lookup.instance(client, args.instance, project_ref(args)), args.member)
+    if structured(args):
+        emit(args, member)
+    else:
+        print(fields(member))
     return 0
 
 

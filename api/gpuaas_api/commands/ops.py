@@ -27,6 +27,14 @@ def register(sub: argparse._SubParsersAction) -> None:
     project_option(follow)
     output_option(follow)
     follow.set_defaults(func=follow_operation)
+    artifacts = osub.add_parser("artifacts", help="download a run's private data directory (inventory, variables "
+                                                  "without secrets, ansible-runner's artifacts) as a tar.gz")
+    artifacts.add_argument("operation", metavar="OPERATION", help="the operation's id, or any unique start of it")
+    artifacts.add_argument("--attempt", type=int, metavar="N", help="which attempt (default: the latest)")
+    artifacts.add_argument("--file", metavar="FILE", help="where to write it (default: the name the service gives, "
+                                                          "in the current directory); - writes it to stdout")
+    project_option(artifacts)
+    artifacts.set_defaults(func=download_artifacts)
     cancel = osub.add_parser("cancel", help="cancel a queued or running operation")
     cancel.add_argument("operation", metavar="OPERATION", help="the operation's id, or any unique start of it")
     project_option(cancel)
@@ -99,4 +107,32 @@ def cancel_operation(args, client) -> int:
         emit(args, op)
     else:
         print(f"{op['kind']} {op['id']}: {op['status']}" + (", cancel requested" if op["cancel_requested"] else ""))
+    return 0
+
+
+@command("operations_artifacts_get")
+def download_artifacts(args, client) -> int:
+    import re
+    import sys
+
+    from ..client import lookup
+    from ..client.errors import ClientError
+    from ..client.http import api_error
+
+    op_id = lookup.operation_id(client, args.operation, project_ref(args))
+    response = client.http.get(f"/v1/operations/{op_id}/artifacts", params={"attempt": args.attempt} if args.attempt
+                               else None, headers={"Accept": "application/gzip"})
+    if response.status_code >= 400:
+        raise api_error(response)
+    if args.file == "-":
+        sys.stdout.buffer.write(response.content)
+        return 0
+    offered = re.search(r'filename="([^"/]+)"', response.headers.get("Content-Disposition", ""))
+    path = args.file or (offered[1] if offered else f"operation-{op_id}.tar.gz")
+    try:
+        with open(path, "xb") as f:
+            f.write(response.content)
+    except OSError as exc:
+        raise ClientError(f"cannot write {path}: {exc.strerror}") from None
+    print(f"{path}: {len(response.content)} bytes, the run of operation {op_id}")
     return 0

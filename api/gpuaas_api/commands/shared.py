@@ -15,9 +15,11 @@ SYNC_NOTE = "the runtime follows with the access sync this queued"
 def register(sub: argparse._SubParsersAction) -> None:
     p = sub.add_parser("shared", help="tenant-shared runtimes: attached projects, submit grants, billing split")
     ssub = p.add_subparsers(dest="shared_command", metavar="ACTION", required=True)
-    ls = ssub.add_parser("attachments", help="the projects attached to a shared runtime, or (with --project and no "
-                                             "INSTANCE) the shared runtimes a project is attached to")
+    ls = ssub.add_parser("attachments", help="the projects attached to a shared runtime, one of them (INSTANCE "
+                                             "PROJECT), or (with --project and no INSTANCE) the shared runtimes a "
+                                             "project is attached to")
     ls.add_argument("instance", metavar="INSTANCE", nargs="?", help="the runtime's id or name")
+    ls.add_argument("attached", metavar="PROJECT", nargs="?", help="one attached project (id or name)")
     project_option(ls)
     output_option(ls)
     ls.set_defaults(func=list_attachments)
@@ -30,15 +32,16 @@ def register(sub: argparse._SubParsersAction) -> None:
         project_option(a)
         output_option(a)
         a.set_defaults(func=change_attachment, verb=verb)
-    grants = ssub.add_parser("grants", help="the live submit grants of a shared runtime")
+    grants = ssub.add_parser("grants", help="the live submit grants of a shared runtime, or one of them")
     grants.add_argument("instance", metavar="INSTANCE")
+    grants.add_argument("grant", metavar="GRANT", nargs="?", help="one grant: its id or any unique start of it")
     project_option(grants)
     output_option(grants)
     grants.set_defaults(func=list_grants)
     grant = ssub.add_parser("grant", help="let one principal submit into another attached project's account")
     grant.add_argument("instance", metavar="INSTANCE")
     who = grant.add_mutually_exclusive_group(required=True)
-    who.add_argument("--service-account", metavar="ID|PROJECT/NAME", help="the service account")
+    who.add_argument("--service-account", metavar="ID|NAME|PROJECT/NAME", help="the service account")
     who.add_argument("--user", metavar="ID|EMAIL", help="the user")
     grant.add_argument("--into", required=True, metavar="PROJECT", help="the attached project whose account it "
                                                                         "may submit into")
@@ -48,7 +51,7 @@ def register(sub: argparse._SubParsersAction) -> None:
     grant.set_defaults(func=add_grant)
     revoke = ssub.add_parser("revoke", help="revoke a submit grant")
     revoke.add_argument("instance", metavar="INSTANCE")
-    revoke.add_argument("grant", metavar="GRANT_ID")
+    revoke.add_argument("grant", metavar="GRANT", help="its id or any unique start of it")
     project_option(revoke)
     output_option(revoke)
     revoke.set_defaults(func=revoke_grant)
@@ -76,14 +79,18 @@ def _show(args, value: dict | list, text: str) -> None:
         print(text)
 
 
-@command("attachments_list", "project_attachments_list")
+@command("attachments_list", "attachments_get", "project_attachments_list")
 def list_attachments(args, client) -> int:
     from ..client import lookup
     from ..client.errors import ClientError
 
     if args.instance:
         instance = lookup.instance(client, args.instance, project_ref(args))
-        items = client.get(f"/v1/instances/{instance['id']}/attachments")["items"]
+        if args.attached:
+            attached = lookup.project(client, args.attached)["id"]
+            items = [client.get(f"/v1/instances/{instance['id']}/attachments/{attached}")]
+        else:
+            items = client.get(f"/v1/instances/{instance['id']}/attachments")["items"]
     elif project_ref(args):
         items = client.get(f"/v1/projects/{lookup.project(client, project_ref(args))['id']}/attachments")["items"]
     else:
@@ -118,39 +125,26 @@ def _grants_table(items: list[dict]) -> str:
                    when(g["created_at"]), g["id"]] for g in items])
 
 
-@command("submit_grants_list")
+@command("submit_grants_list", "submit_grants_get")
 def list_grants(args, client) -> int:
     from ..client import lookup
 
     instance = lookup.instance(client, args.instance, project_ref(args))
     items = client.get(f"/v1/instances/{instance['id']}/submit-grants")["items"]
+    if args.grant:
+        grant = lookup.by_id("submit grant", args.grant, items, f"the live grants of {instance['name']}")
+        items = [client.get(f"/v1/instances/{instance['id']}/submit-grants/{grant['id']}")]
     _show(args, items, _grants_table(items))
     return 0
 
 
 def _principal(client, instance: dict, args) -> tuple[str, str]:
-    """(kind, id) of --service-account ID|PROJECT/NAME or --user ID|EMAIL."""
+    """(kind, id) of --service-account ID|NAME|PROJECT/NAME or --user ID|EMAIL (a user of the runtime's tenant)."""
     from ..client import lookup
-    from ..client.errors import ClientError
 
     if args.service_account:
-        ref = args.service_account
-        if lookup.is_uuid(ref):
-            return "service_account", ref
-        project, _, name = ref.rpartition("/")
-        if not project:
-            raise ClientError("name a service account by id, or as PROJECT/NAME")
-        owner = lookup.project(client, project)
-        found = [s for s in client.pages(f"/v1/projects/{owner['id']}/service-accounts") if s["name"] == name]
-        if not found:
-            raise ClientError(f"project {owner['name']} has no service account named {name}")
-        return "service_account", found[0]["id"]
-    if lookup.is_uuid(args.user):
-        return "user", args.user
-    found = [u for u in client.pages(f"/v1/tenants/{instance['tenant_id']}/users") if u["email"] == args.user]
-    if not found:
-        raise ClientError(f"the tenant has no user {args.user}")
-    return "user", found[0]["id"]
+        return "service_account", lookup.service_account(client, args.service_account)["id"]
+    return "user", lookup.user(client, args.user, instance["tenant_id"])["id"]
 
 
 @command("submit_grants_create")
@@ -173,7 +167,9 @@ def revoke_grant(args, client) -> int:
     from ..client import lookup
 
     instance = lookup.instance(client, args.instance, project_ref(args))
-    done = client.post(f"/v1/instances/{instance['id']}/submit-grants/{args.grant}/revoke")
+    grants = client.get(f"/v1/instances/{instance['id']}/submit-grants")["items"]
+    grant = lookup.by_id("submit grant", args.grant, grants, f"the live grants of {instance['name']}")
+    done = client.post(f"/v1/instances/{instance['id']}/submit-grants/{grant['id']}/revoke")
     _show(args, done, _grants_table([done]))
     return 0
 
