@@ -7,7 +7,10 @@ allocation host (a user other than root gets `ansible_become`). `ansible_python_
 /usr/bin/python3, which every host image the apps support has: named, it spares each host the extra
 SSH round trip of Ansible's interpreter discovery before its first task. Groups are the adapter roles'
 inventory groups. Each host carries `gpuaas_instance_id` and `gpuaas_members` (id, role, status of
-every member of the instance on it)."""
+every member of the instance on it).
+
+The served inventory also carries the variables of the instance's runs (instances/run_vars.py adds them from
+executor/plan.py, which computes them for the runs too); a run gets them as extra vars instead."""
 
 from __future__ import annotations
 
