@@ -8,6 +8,7 @@ import threading
 import time
 from uuid import UUID
 
+import pytest
 from gpuaas_api.audit import service as audit
 from gpuaas_api.instances import service as instances
 
@@ -16,16 +17,19 @@ def stream_ids(body: str) -> list[int]:
     return [int(line[4:]) for line in body.splitlines() if line.startswith("id: ")]
 
 
-def test_an_event_committed_after_a_higher_one_is_streamed_in_order(world, database):
+@pytest.mark.parametrize("quick_writer_began_first", [False, True])
+def test_an_event_committed_after_a_higher_one_is_streamed_in_order(world, database, quick_writer_began_first):
     iid = UUID(world.ids["instance_a1"])
     with database.transaction() as conn:
         instance = instances.get_instance(conn, iid)
         before = audit.list_events(conn, iid, after=0, limit=1000)[0]
     last = before[-1]["id"] if before else 0
-    with database.pool.connection() as slow:  # a writer whose transaction stays open
-        lower = audit.append_event(slow, instance, "test.slow_writer", {})
-        with database.transaction() as conn:
-            higher = audit.append_event(conn, instance, "test.quick_writer", {})
+    with database.pool.connection() as quick, database.pool.connection() as slow:
+        if quick_writer_began_first:  # it wrote something else first: its transaction id is the lower one
+            quick.execute("SELECT pg_current_xact_id()")
+        lower = audit.append_event(slow, instance, "test.slow_writer", {})  # its transaction stays open
+        higher = audit.append_event(quick, instance, "test.quick_writer", {})
+        quick.commit()
         assert lower["id"] < higher["id"]
         # The stream starts while the lower id is still uncommitted; it commits a second later.
         threading.Timer(1.0, slow.commit).start()

@@ -3,7 +3,7 @@ Both rows carry the same correlation context. Callable from HTTP handlers and fr
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any
 from uuid import UUID
 
@@ -97,41 +97,39 @@ def list_events(conn: psycopg.Connection, instance_id: UUID, *, after: int | Non
 @dataclass
 class Follow:
     """Where a follower of one timeline stands: every event up to `settled` is final (no lower id can still
-    commit); `unsettled` is a later id read while the writing transactions `in_flight` had not ended."""
+    commit); `held` is a later id read before the transaction id `barrier` was drawn, final once every
+    transaction with an id up to `barrier` has ended."""
     after: int
     settled: int = 0
-    unsettled: int = 0
-    in_flight: list[str] = field(default_factory=list)
+    held: int = 0
+    barrier: str | None = None
 
 
 def followed_events(db, instance_id: UUID, follow: Follow, limit: int = 200) -> list[dict]:
     """The next events of the timeline for a follower that must never miss one (the event stream). Ids are
     drawn in insert order but become visible in commit order: an event read while another writing transaction
-    was in flight may be followed by a lower id when that one commits. So such a read is held back until every
-    transaction in flight at that read has ended, and the events up to it are then read again, complete. With no
-    writer in flight (the usual case) events go out as soon as they are read. Advances `follow.after`."""
-    if follow.in_flight:
+    was in flight may be followed by a lower id when that one commits. A writer holds its transaction id before
+    it draws an event id (append_event), so every writer of an id up to the last one read holds a lower
+    transaction id than one drawn after the read (the barrier); once no transaction up to the barrier is in
+    flight, the events up to that id are read again, complete. With no other writer in flight that is at once.
+    Advances `follow.after`."""
+    if follow.after >= follow.settled and follow.barrier is None:
         with db.transaction() as conn:
-            ended = not conn.execute("SELECT 1 FROM unnest(%s::text[]) x WHERE pg_xact_status(x::xid8) = "
-                                     "'in progress' LIMIT 1", (follow.in_flight,)).fetchone()
-        if not ended:
-            return []
-        follow.settled, follow.in_flight = max(follow.settled, follow.unsettled), []
-    if follow.after < follow.settled:
-        with db.transaction() as conn:  # a snapshot taken after those writers ended: their events are in it
-            rows = list_events(conn, instance_id, after=follow.after, upto=follow.settled, limit=limit)[0]
-    else:
-        with db.transaction() as conn:
-            # One snapshot for both reads: the writers in flight are those the events were read beside.
-            conn.execute("SET TRANSACTION ISOLATION LEVEL REPEATABLE READ, READ ONLY")
             rows = list_events(conn, instance_id, after=follow.after, limit=limit)[0]
-            writers = [r["xid"] for r in conn.execute(
-                "SELECT x::text AS xid FROM pg_snapshot_xip(pg_current_snapshot()) x").fetchall()]
-        if rows and writers:
-            follow.unsettled, follow.in_flight = rows[-1]["id"], writers
+        if not rows:
             return []
-        if rows:
-            follow.settled = rows[-1]["id"]
+        with db.transaction() as conn:
+            barrier = conn.execute("SELECT pg_current_xact_id()::text AS x").fetchone()["x"]
+            conn.rollback()  # the id is all it wanted: nothing to commit
+        follow.held, follow.barrier = rows[-1]["id"], barrier
+    if follow.barrier is not None:
+        with db.transaction() as conn:
+            if not conn.execute("SELECT pg_snapshot_xmin(pg_current_snapshot()) > %s::xid8 AS ended",
+                                (follow.barrier,)).fetchone()["ended"]:
+                return []
+        follow.settled, follow.barrier = max(follow.settled, follow.held), None
+    with db.transaction() as conn:  # a snapshot taken after those writers ended: their events are in it
+        rows = list_events(conn, instance_id, after=follow.after, upto=follow.settled, limit=limit)[0]
     if rows:
         follow.after = rows[-1]["id"]
     return rows
