@@ -51,3 +51,25 @@ def test_with_no_writer_in_flight_events_stream_at_once(world, database):
     while not got and time.monotonic() < deadline:
         got = audit.followed_events(database, iid, follow)
     assert [e["id"] for e in got] == [first["id"]] and follow.after == first["id"]
+
+
+def test_a_writer_that_began_after_the_quick_one_is_waited_for(world, database):
+    # The quick writer holds the lower transaction id, the slow one draws the lower event id: a snapshot taken
+    # once the quick one committed does not list the slow one among those in flight (its id is past the
+    # snapshot's xmax), so only the barrier drawn after the read holds the stream back.
+    iid = UUID(world.ids["instance_a1"])
+    with database.transaction() as conn:
+        instance = instances.get_instance(conn, iid)
+        last = max([e["id"] for e in audit.list_events(conn, iid, after=0, limit=1000)[0]], default=0)
+    follow = audit.Follow(after=last)
+    with database.pool.connection() as quick, database.pool.connection() as slow:
+        quick.execute("SELECT pg_current_xact_id()")
+        lower = audit.append_event(slow, instance, "test.slow_writer", {})
+        higher = audit.append_event(quick, instance, "test.quick_writer", {})
+        quick.commit()
+        assert audit.followed_events(database, iid, follow) == [] and follow.after == last
+        slow.commit()
+    got, deadline = [], time.monotonic() + 5
+    while not got and time.monotonic() < deadline:
+        got = audit.followed_events(database, iid, follow)
+    assert [e["id"] for e in got] == [lower["id"], higher["id"]]
