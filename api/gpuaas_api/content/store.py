@@ -117,6 +117,8 @@ class Upload:
         digest = "sha256:" + self._hash.hexdigest()
         if digest != self._expected:
             raise DigestMismatch(self._expected, digest)
+        self._file.flush()
+        os.fsync(self._file.fileno())  # a crash leaves no truncated copy under the digest's name
         self._file.close()
         os.chmod(self._tmp, 0o444)
         os.replace(self._tmp, self._dir / parse_digest(digest))
@@ -161,16 +163,16 @@ class ContentStore:
             return upload.commit()[0]
 
     def has(self, digest: str) -> bool:
-        if self._blob(digest).is_file():
-            return True
-        return self.db is not None and self._size(digest) is not None
+        # With a database, only what it holds is stored: a local copy whose save was rolled back is not.
+        if self.db is not None:
+            return self._size(digest) is not None
+        return self._blob(digest).is_file()
 
     def size(self, digest: str) -> int:
         """The stored blob's size in bytes, without fetching it. Raises ContentMissing."""
-        blob = self._blob(digest)
-        if blob.is_file():
-            return blob.stat().st_size
         size = self._size(digest) if self.db is not None else None
+        if self.db is None and self._blob(digest).is_file():
+            size = self._blob(digest).stat().st_size
         if size is None:
             raise ContentMissing(digest)
         return size

@@ -109,6 +109,9 @@ def main(argv: list[str]) -> int:
 
     for signum in STOP_SIGNALS:
         signal.signal(signum, stop)
+    if fence is not None and time.monotonic() > deadline:
+        print("guard: the worker's lease was not renewed in time; the run does not start (fenced)", file=sys.stderr)
+        return FENCED_RC
     # The command starts with the default SIGHUP again (exec resets handled signals; ignored ones would stay).
     child = subprocess.Popen(argv)
     while True:

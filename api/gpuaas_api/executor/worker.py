@@ -205,15 +205,15 @@ class Worker:
             op = ops.claim(conn, slot, self.settings.lease_seconds, HOST)
         if op is None:
             return False
-        # From the claim on, the lease is renewed and the fence moves with it (the claim's lease counts
-        # from its own transaction, which began after `started`).
-        watch = _Heartbeat(self.db, op, slot, self.settings, renewed=started)
-        watch.start()
         token = correlation.use(op["correlation_id"])
         try:
             # Every line about this run carries its ids; its span continues the accepting request's trace.
             with logs.bind(operation_id=op["id"], tenant_id=op["tenant_id"], project_id=op["project_id"],
                            instance_id=op["instance_id"]), tracing.operation_span(op, claim_started) as span:
+                # From the claim on, the lease is renewed and the fence moves with it (the claim's lease counts
+                # from its own transaction, which began after `started`); started here, its lines carry the ids.
+                watch = _Heartbeat(self.db, op, slot, self.settings, renewed=started)
+                watch.start()
                 log.info("operation %s %s: claimed by %s (attempt %d of %d)", op["id"], op["kind"], slot,
                          op["attempt"], op["max_attempts"])
                 try:
@@ -236,8 +236,12 @@ class Worker:
     def _execute(self, op: dict, slot: str, watch: _Heartbeat) -> str:
         """Run one claimed operation; returns what was recorded (succeeded, failed, canceled) or lost."""
         with tracing.span("prepare"):
-            instance, plan, refusal = retrying(self.db, f"operation {op['id']}: start",
-                                               lambda conn: self._prepare(conn, op, slot), self.stop)
+            prepared = retrying(self.db, f"operation {op['id']}: start",
+                                lambda conn: self._prepare(conn, op, slot), self.stop)
+            if prepared is None:
+                log.warning("operation %s: the lease passed to another worker before the run began", op["id"])
+                return "lost"
+            instance, plan, refusal = prepared
             if refusal is not None:
                 return self._finish(op, slot, "failed", {"code": refusal.code, "message": refusal.message,
                                                          "details": refusal.details})
@@ -245,6 +249,9 @@ class Worker:
                 collections_path = run_content(self.settings, self.db, plan)
             except ContentRefused as exc:
                 return self._finish(op, slot, "failed", {"code": exc.code, "message": str(exc)})
+        if watch.stop_reason() in ("lost", "fenced"):  # the lease may be another worker's: no run may start
+            log.warning("operation %s: the lease was lost or not renewed before the run began", op["id"])
+            return "lost"
         sink = _EventSink(self.db, instance, op["correlation_id"], self.stop)
         with tracing.span("run", **{"gpuaas.hosts": len(plan.inventory.get("all", {}).get("hosts", {}))}) as run:
             try:
@@ -265,7 +272,11 @@ class Worker:
 
     def _prepare(self, conn: psycopg.Connection, op: dict, slot: str):
         """The started event, then the checks, status moves and plan; a refusal (ApiError) undoes the
-        moves and is returned for the caller to record."""
+        moves and is returned for the caller to record. None when this worker no longer holds the lease (it
+        was paused or cut off past it, and another worker recovered the operation): nothing is moved then."""
+        if conn.execute("""SELECT 1 FROM operations WHERE id = %s AND lease_owner = %s AND status = 'running'
+                            FOR UPDATE""", (op["id"], slot)).fetchone() is None:
+            return None
         instance = instances.get_instance(conn, op["instance_id"], include_deleted=True)
         audit.append_event(conn, instance, "operation.started", {"operation_id": str(op["id"]), "kind": op["kind"],
                            "attempt": op["attempt"], "worker": slot}, correlation_id=op["correlation_id"])
