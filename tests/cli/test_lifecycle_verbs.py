@@ -8,6 +8,9 @@ from __future__ import annotations
 
 import json
 import stat
+import subprocess
+import sys
+from pathlib import Path
 
 import yaml
 from operations.helpers import TEST_APP, publish_test_app, running_with_scheduler_key
@@ -32,12 +35,13 @@ def test_instances_are_created_changed_operated_and_deleted_from_the_cli(ops, cl
     # create: the service account's own project by default, its allocation by name, roles and parameters typed.
     created = cli("instances", "create", "made", "--app", TEST_APP, "--version", "1.0.0", "--allocation", "alloc-ops",
                   "--role", "controller=1", "--role", "worker=1", "--param", f"marker_dir={marker}",
-                  "--param", "round=0", "--label", "team=ml", token=token)
+                  "--param", "round=0", "--param", "message={{ 6 * 7 }}", "--label", "team=ml", token=token)
     header, row = rows(created)
     assert header == ["NAME", "STATUS", "APP", "VERSION", "MEMBERS", "PROJECT", "ID"]
     assert row[:4] == ["made", "created", TEST_APP, "1.0.0"] and row[-2] == ops.ids["project_a1"]
     made = w.call(SA, "GET", f"/v1/instances/{row[-1]}", 200).json()
-    assert made["parameters"] == {"marker_dir": str(marker), "round": 0} and made["labels"] == {"team": "ml"}
+    assert made["parameters"] == {"marker_dir": str(marker), "round": 0, "message": "{{ 6 * 7 }}"}
+    assert made["labels"] == {"team": "ml"}
     assert [(r["name"], r["desired_count"]) for r in made["topology"]["roles"]] == [("controller", 1), ("worker", 1)]
 
     shown = yaml.safe_load(out(cli("instances", "show", "made", "-o", "yaml", token=token)))
@@ -47,9 +51,16 @@ def test_instances_are_created_changed_operated_and_deleted_from_the_cli(ops, cl
                   token=token)
     assert json.loads(updated.stdout)["labels"] == {"tier": "gold"}, updated.stderr
 
-    inventory = cli("instances", "inventory", made["id"][:8], token=token)
+    inventory = cli("instances", "inventory", made["id"][:8], "-o", "json", token=token)
     assert inventory.returncode == 0, inventory.stderr
     assert json.loads(inventory.stdout) == w.call(SA, "GET", f"/v1/instances/{made['id']}/inventory", 200).json()
+    # As an inventory file, a tenant's text stays text: Ansible itself reads it and templates nothing of it.
+    playbook_inventory = tmp_path / "inventory.yml"
+    playbook_inventory.write_text(out(cli("instances", "inventory", "made", token=token)))
+    shown = subprocess.run([str(Path(sys.executable).parent / "ansible"), "all", "-i", str(playbook_inventory), "-c",
+                            "local", "-m", "ansible.builtin.debug", "-a", "var=message"],
+                           capture_output=True, text=True, timeout=120)
+    assert '"message": "{{ 6 * 7 }}"' in shown.stdout and "42" not in shown.stdout, shown.stdout + shown.stderr
 
     member = w.call(SA, "GET", f"/v1/instances/{made['id']}/members", 200, params={"role": "worker"}).json()["items"][0]
     fields = dict(line.split(None, 1) for line in out(cli("members", "show", "made", member["node_name"],
@@ -70,8 +81,9 @@ def test_instances_are_created_changed_operated_and_deleted_from_the_cli(ops, cl
     # The variables a run outside the platform needs beyond the inventory, into a file only its owner reads.
     secrets = cli("instances", "run-secrets", "made", token=token, cwd=tmp_path)
     assert secrets.returncode == 0 and key not in secrets.stdout + secrets.stderr, secrets.stderr
-    written = tmp_path / "made-run-secrets.json"
-    assert stat.S_IMODE(written.stat().st_mode) == 0o600 and json.loads(written.read_text())["scheduler_key"] == key
+    written = tmp_path / "made-run-secrets.yml"
+    assert stat.S_IMODE(written.stat().st_mode) == 0o600
+    assert f"!unsafe 'scheduler_key': !unsafe '{key}'" in written.read_text()  # never templated by -e @FILE
     assert cli("instances", "run-secrets", "made", token=token, cwd=tmp_path).returncode == 1  # not replaced
     reconfigure = queued("reconfigure", "made", "--param", "round=2")
     assert reconfigure["kind"] == "reconfigure" and '"round": 2' in json.dumps(reconfigure["params"]), reconfigure

@@ -41,7 +41,7 @@ def role_count(value: str) -> dict:
 
 def _parameters(client, pairs, args) -> dict | None:
     """--params FILE (YAML or JSON) with each --param KEY=VALUE over it; a VALUE is read as YAML (`3`, `true`,
-    `[a, b]`), as `helm --set` reads it."""
+    `[a, b]`), as `helm --set` reads it, or taken as text when it is not YAML."""
     import yaml
 
     from ..client.errors import ClientError
@@ -54,7 +54,12 @@ def _parameters(client, pairs, args) -> dict | None:
             raise ClientError(f"cannot read parameters from {args.params}: {exc}") from None
         if not isinstance(values, dict):
             raise ClientError(f"{args.params} holds no mapping of parameters")
-    return values | {k: yaml.safe_load(v) for k, v in pairs or []} or None
+    for key, text in pairs or []:
+        try:
+            values[key] = yaml.safe_load(text)
+        except yaml.YAMLError:
+            values[key] = text  # not YAML (`{{ x }}`, `a: b: c`): the text itself, as given
+    return values or None
 
 
 PARAMETERS = (arg("--param", dest="parameters", action="append", type=pair, metavar="KEY=VALUE", key="parameters",
@@ -118,9 +123,6 @@ INSTANCE_VERBS = (
     Verb("delete", "instances_delete", "DELETE", "/v1/instances/{instance_id}",
          "delete an instance that runs nothing (created, or stopped by decommission)", (INSTANCE, IN_PROJECT),
          done="deleted instance {instance}"),
-    Verb("inventory", "instances_inventory_get", "GET", "/v1/instances/{instance_id}/inventory",
-         "the instance's Ansible inventory, as the platform's own runs use it (ansible-playbook -i FILE; default "
-         "JSON)", (INSTANCE, IN_PROJECT), output="json"),
 )
 # The lifecycle operations: (action, operation id, help); each followed to its end like `gpuaas deploy`.
 OPERATIONS = (
@@ -176,12 +178,22 @@ def register(sub: argparse._SubParsersAction) -> None:
     cred.add_argument("--force", action="store_true", help="replace FILE when it exists")
     project_option(cred)
     cred.set_defaults(func=fetch_credential)
+    inv = isub.add_parser("inventory", help="the instance's Ansible inventory with the variables of its runs, for "
+                                            "ansible-playbook -i FILE: YAML in which every value the platform or a "
+                                            "tenant set is !unsafe (never templated), the operator's site_vars "
+                                            "below the run's own; -o json: the service's answer, for tools")
+    inv.add_argument("instance", metavar="ID|NAME")
+    inv.add_argument("--action", help="the operation kind whose run to describe (its catalog action_vars)")
+    inv.add_argument("-o", "--output", choices=("yaml", "json"), default="yaml")
+    project_option(inv)
+    inv.set_defaults(func=show_inventory)
     secrets = isub.add_parser("run-secrets", help="the secrets and the access map a run of the instance gets, as an "
                                                   "extra-vars file only you may read, for a run outside the platform "
                                                   "(ansible-playbook -e @FILE; AWX reads them itself); audited")
     secrets.add_argument("instance", metavar="ID|NAME")
-    secrets.add_argument("--file", metavar="FILE", help="the file to create, mode 0600 (default: "
-                                                        "INSTANCE-run-secrets.json); - prints them instead")
+    secrets.add_argument("--file", metavar="FILE", help="the file to create, mode 0600, YAML with every value "
+                                                        "!unsafe (default: INSTANCE-run-secrets.yml); - prints "
+                                                        "them instead")
     secrets.add_argument("--force", action="store_true", help="replace FILE when it exists")
     project_option(secrets)
     secrets.set_defaults(func=fetch_run_secrets)
@@ -191,8 +203,8 @@ def register(sub: argparse._SubParsersAction) -> None:
     project_option(access)
     output_option(access)
     access.set_defaults(func=show_access)
-    amap = isub.add_parser("access-map", help="the instance's access map as JSON, for running the app's access "
-                                              "playbook by hand (-e @FILE) or from AWX (its survey)")
+    amap = isub.add_parser("access-map", help="the instance's access map as an extra-vars file (YAML, every value "
+                                              "!unsafe), for running the app's access playbook by hand (-e @FILE)")
     amap.add_argument("instance", metavar="ID|NAME")
     project_option(amap)
     amap.set_defaults(func=show_access_map)
@@ -322,20 +334,35 @@ def fetch_credential(args, client) -> int:
     return 0
 
 
+@command("instances_inventory_get")
+def show_inventory(args, client) -> int:
+    from ..ansible_data import dump, playbook_inventory
+    from ..client import lookup
+    from ..client.render import dump as dump_json
+
+    instance = lookup.instance(client, args.instance, project_ref(args))
+    served = client.get(f"/v1/instances/{instance['id']}/inventory", **({"action": args.action} if args.action else {}))
+    if args.output == "json":
+        dump_json(served)
+    else:  # tenant parameters live in it: as an inventory file, only !unsafe keeps Ansible from templating them
+        sys.stdout.write(dump(playbook_inventory(served)))
+    return 0
+
+
 @command("instances_run_secrets_issue")
 def fetch_run_secrets(args, client) -> int:
-    import json
-
+    from ..ansible_data import unsafe_vars_yaml
     from ..client import lookup
     from ..client.errors import ClientError
 
     instance = lookup.instance(client, args.instance, project_ref(args))
-    path = None if args.file == "-" else Path(args.file or f"{instance['name']}-run-secrets.json")
+    path = None if args.file == "-" else Path(args.file or f"{instance['name']}-run-secrets.yml")
     # Decided before asking, as for a credential: every reading is audited.
     if path is not None and (path.exists() or path.is_symlink()) and not args.force:
         raise ClientError(f"{path} exists; pass --force to replace it")
     issued = client.request("POST", f"/v1/instances/{instance['id']}/run-secrets", retry=False)
-    text = json.dumps(issued["variables"], indent=2) + "\n"
+    # An extra-vars file: the access map holds people's SSH key comments, which Ansible must not template.
+    text = unsafe_vars_yaml(issued["variables"])
     if path is None:
         sys.stdout.write(text)
         return 0
@@ -379,12 +406,12 @@ def show_access(args, client) -> int:
 
 @command("instances_access_map_get")
 def show_access_map(args, client) -> int:
+    from ..ansible_data import unsafe_vars_yaml
     from ..client import lookup
-    from ..client.render import dump
 
     instance = lookup.instance(client, args.instance, project_ref(args))
-    # The shape of an extra-vars file: `-e @map.json` by hand, the same text in the AWX survey.
-    dump({"gpuaas_access": client.get(f"/v1/instances/{instance['id']}/access-map")})
+    # An extra-vars file (`-e @map.yml` by hand), every value !unsafe: SSH key comments are people's text.
+    sys.stdout.write(unsafe_vars_yaml({"gpuaas_access": client.get(f"/v1/instances/{instance['id']}/access-map")}))
     return 0
 
 

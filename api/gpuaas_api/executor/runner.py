@@ -32,6 +32,7 @@ from pathlib import Path
 import yaml
 from ansible_runner.interface import init_runner
 
+from ..ansible_data import unsafe_vars_yaml
 from ..config import OperationSettings
 from .plan import RunPlan
 
@@ -50,32 +51,6 @@ def child_env(env: dict[str, str], ours: dict[str, str]) -> dict[str, str]:
     worker = os.environ
     return {k: v for k, v in env.items()
             if k in ours or k in ENV_FROM_WORKER or k not in worker or worker[k] != v}
-
-
-class _Unsafe(str):
-    """A string Ansible must never template (dumped with YAML's `!unsafe` tag)."""
-
-
-class _UnsafeDumper(yaml.SafeDumper):
-    pass
-
-
-_UnsafeDumper.add_representer(_Unsafe, lambda dumper, value: dumper.represent_scalar("!unsafe", str(value)))
-
-
-def _mark_unsafe(value):
-    if isinstance(value, str):
-        return _Unsafe(value)
-    if isinstance(value, dict):  # keys too: `dict2items` turns a key into a value a template renders
-        return {_mark_unsafe(k): _mark_unsafe(v) for k, v in value.items()}
-    if isinstance(value, list):
-        return [_mark_unsafe(v) for v in value]
-    return value
-
-
-def unsafe_vars_yaml(variables: dict) -> str:
-    """Extra vars as YAML in which every string, key or value, is `!unsafe`."""
-    return yaml.dump(_mark_unsafe(variables), Dumper=_UnsafeDumper, default_flow_style=False, width=1 << 30)
 
 
 # The run guard (guard.py) starts every run's command: nothing of a run outlives its worker.
