@@ -22,7 +22,7 @@ TREE = ["sh", "-c", "setsid sleep 300 & sleep 300"]
 
 def fence_at(path: Path, seconds_from_now: float) -> None:
     partial = path.with_suffix(".new")
-    partial.write_text(repr(time.monotonic() + seconds_from_now))
+    partial.write_text(repr(guard.fence_clock() + seconds_from_now))
     os.replace(partial, path)
 
 

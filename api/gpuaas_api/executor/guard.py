@@ -9,7 +9,7 @@ any process group. The guard sits between the worker and the command:
   re-parented to the guard, not to init, so it remains a descendant;
 - when the command exits, or the worker dies, or the guard is asked to stop (SIGTERM, SIGHUP,
   SIGINT), it kills every descendant left and exits;
-- with `--fence FILE`, it is the run's fence: FILE holds a CLOCK_MONOTONIC time (the worker rewrites it each
+- with `--fence FILE`, it is the run's fence: FILE holds a fence_clock() time (the worker rewrites it each
   time it renews its lease), and once that time passes the guard kills the run and exits with FENCED_RC. It
   runs apart from the worker, so a worker that is paused, starved or cut off from the database cannot keep a
   run going past its lease, when another worker may take the operation over (docs/operations.md "Fencing").
@@ -79,6 +79,12 @@ def kill_descendants() -> None:
                 break
 
 
+def fence_clock() -> float:
+    """The clock of the fence, shared by every process of the machine: CLOCK_BOOTTIME, which goes on while the
+    machine is suspended (CLOCK_MONOTONIC stops), so a worker that wakes from a suspend finds its runs fenced."""
+    return time.clock_gettime(time.CLOCK_BOOTTIME)
+
+
 def fence_time(path: str, last: float) -> float:
     """The time the fence file holds; `last` while it cannot be read (being rewritten, or gone)."""
     try:
@@ -109,7 +115,7 @@ def main(argv: list[str]) -> int:
 
     for signum in STOP_SIGNALS:
         signal.signal(signum, stop)
-    if fence is not None and time.monotonic() > deadline:
+    if fence is not None and fence_clock() > deadline:
         print("guard: the worker's lease was not renewed in time; the run does not start (fenced)", file=sys.stderr)
         return FENCED_RC
     # The command starts with the default SIGHUP again (exec resets handled signals; ignored ones would stay).
@@ -120,7 +126,7 @@ def main(argv: list[str]) -> int:
             break
         except subprocess.TimeoutExpired:
             deadline = fence_time(fence, deadline)
-            if time.monotonic() > deadline:
+            if fence_clock() > deadline:
                 print("guard: the worker did not renew its lease in time; the run is stopped (fenced)",
                       file=sys.stderr)
                 kill_descendants()

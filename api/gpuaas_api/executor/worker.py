@@ -200,7 +200,7 @@ class Worker:
             # In the same transaction: a re-queued operation stays locked until its earlier run is gone.
             for operation_id in ops.sweep_runs(conn, HOST, end_run):
                 log.warning("operation %s: its earlier run on this machine is ended", operation_id)
-        claim_started, started = time.time_ns(), time.monotonic()
+        claim_started, started, claimed_from = time.time_ns(), time.monotonic(), guard.fence_clock()
         with self.db.transaction() as conn:
             op = ops.claim(conn, slot, self.settings.lease_seconds, HOST)
         if op is None:
@@ -212,7 +212,7 @@ class Worker:
                            instance_id=op["instance_id"]), tracing.operation_span(op, claim_started) as span:
                 # From the claim on, the lease is renewed and the fence moves with it (the claim's lease counts
                 # from its own transaction, which began after `started`); started here, its lines carry the ids.
-                watch = _Heartbeat(self.db, op, slot, self.settings, renewed=started)
+                watch = _Heartbeat(self.db, op, slot, self.settings, renewed=claimed_from)
                 watch.start()
                 log.info("operation %s %s: claimed by %s (attempt %d of %d)", op["id"], op["kind"], slot,
                          op["attempt"], op["max_attempts"])
@@ -452,7 +452,7 @@ class _Heartbeat(threading.Thread):
         self.context = contextvars.copy_context()
 
     def fenced(self) -> bool:
-        return time.monotonic() > self.renewed + self.fence_after
+        return guard.fence_clock() > self.renewed + self.fence_after
 
     def stop_reason(self) -> str | None:
         if self.reason is None and time.monotonic() > self.deadline:
@@ -476,7 +476,7 @@ class _Heartbeat(threading.Thread):
 
     def _beat(self) -> None:
         while not self.done.wait(self.interval):
-            sent = time.monotonic()
+            sent = guard.fence_clock()
             try:
                 with self.db.transaction() as conn:
                     beat = ops.heartbeat(conn, self.op["id"], self.slot, self.settings.lease_seconds)
