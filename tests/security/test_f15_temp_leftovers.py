@@ -1,7 +1,7 @@
 """Issue 22, finding 4: a killed worker left `gpuaas-secrets-*` (an empty FIFO) and `gpuaas-cp-*`
-directories in the temp dir, and nothing ever removed them. Now each such directory names its
-worker (pid and process start time), and a worker starting removes the ones whose worker is gone,
-keeping those of workers still running.
+directories in the temp dir (and now a run's `gpuaas-fence-*`), and nothing ever removed them. Now each such
+directory names its worker (pid and process start time), and a worker starting removes the ones whose worker
+is gone, keeping those of workers still running.
 
 Real worker processes, a real ansible-runner run of the test app (it has a secret, so its run reads
 one through the pipe), a real kill -9."""
@@ -37,7 +37,7 @@ def test_a_starting_worker_removes_what_a_killed_one_left_in_the_temp_dir(ops, t
         ops.w.call(SA, "POST", f"/v1/instances/{instance['id']}/deploy", 202)
         wait_for(lambda: (marker / "log").exists(), 60, what="the run to start")
         left = scratch(tmp) - {live.name}
-        assert {name.split("-")[1] for name in left} == {"secrets", "cp"}, left
+        assert {name.split("-")[1] for name in left} == {"secrets", "cp", "fence"}, left
         doomed.send_signal(signal.SIGKILL)
         doomed.wait(10)
     finally:
@@ -52,5 +52,5 @@ def test_a_starting_worker_removes_what_a_killed_one_left_in_the_temp_dir(ops, t
     finally:
         starting.send_signal(signal.SIGTERM)
         starting.wait(30)
-    assert "removed 2 run directories that stopped workers left" in (tmp_path / "starting.log").read_text()
+    assert "removed 3 run directories that stopped workers left" in (tmp_path / "starting.log").read_text()
     assert live.is_dir()
