@@ -73,3 +73,14 @@ def cli(served, tmp_path) -> Cli:
     home = tmp_path / "home"
     home.mkdir()
     return Cli(served, home)
+
+
+def out(done) -> str:
+    """The stdout of a CLI run that must have succeeded."""
+    assert done.returncode == 0, (done.stdout, done.stderr)
+    return done.stdout
+
+
+def rows(done) -> list[list[str]]:
+    """A successful CLI run's table, split into words per line."""
+    return [line.split() for line in out(done).splitlines()]

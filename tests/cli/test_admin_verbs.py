@@ -11,16 +11,11 @@ import json
 import yaml
 from operations.helpers import TEST_APP
 
+from .conftest import out, rows
+
 PA = "platform_admin"
 
 
-def out(done) -> str:
-    assert done.returncode == 0, (done.stdout, done.stderr)
-    return done.stdout
-
-
-def rows(done) -> list[list[str]]:
-    return [line.split() for line in out(done).splitlines()]
 
 
 def fields(done) -> dict[str, str]:

@@ -15,16 +15,11 @@ from pathlib import Path
 import yaml
 from operations.helpers import TEST_APP, publish_test_app, running_with_scheduler_key
 
+from .conftest import out, rows
+
 SA = "service_account"
 
 
-def out(done) -> str:
-    assert done.returncode == 0, (done.stdout, done.stderr)
-    return done.stdout
-
-
-def rows(done) -> list[list[str]]:
-    return [line.split() for line in out(done).splitlines()]
 
 
 def test_instances_are_created_changed_operated_and_deleted_from_the_cli(ops, cli, tmp_path):
