@@ -13,6 +13,8 @@ Images (built locally; no registry is reachable here):
            Debian mirror, as in production.
     slurm  base plus the Slurm, munge and MariaDB packages pre-installed (units disabled), so scenarios
            that are not about installation start fast.
+    slurm-trixie
+           the same on Debian 13: Slurm 24.11 (JSON output from scontrol and sinfo, slurmrestd) and munge 0.5.16.
     oci    base plus Debian 12's podman 4.3.1, crun and fuse-overlayfs, set up to run containers inside the
            host without --privileged (docs/dev/oci-test-hosts.md): inner containers use `--network host`;
            cgroups are off inside, so resource limits are not enforced there. Debian 12's podman has
@@ -60,6 +62,7 @@ SLURM_UNITS = ["munge", "slurmctld", "slurmd", "slurmdbd", "mariadb"]
 IMAGES = {
     "base": "localhost/gpuaas-testhost:bookworm",
     "slurm": "localhost/gpuaas-testhost-slurm:bookworm",
+    "slurm-trixie": "localhost/gpuaas-testhost-slurm:trixie",
     "oci": "localhost/gpuaas-testhost-oci:bookworm",
     "oci-trixie": "localhost/gpuaas-testhost-oci:trixie",
     "registry": "localhost/gpuaas-testhost-registry:trixie",
@@ -167,11 +170,11 @@ def build_base(rebuild: bool, suite: str = "bookworm") -> str:
     return ref
 
 
-def build_slurm(rebuild: bool) -> str:
-    ref = IMAGES["slurm"]
+def build_slurm(rebuild: bool, suite: str = "bookworm") -> str:
+    ref = IMAGES["slurm" if suite == "bookworm" else f"slurm-{suite}"]
     if image_exists(ref) and not rebuild:
         return ref
-    base = build_base(rebuild=False)
+    base = build_base(False, suite)
     containerfile = (
         f"FROM {base}\n"
         "RUN apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends "
@@ -259,6 +262,7 @@ def build_postgres(rebuild: bool) -> str:
 BUILDERS = {
     "base": build_base,
     "slurm": build_slurm,
+    "slurm-trixie": lambda rebuild: build_slurm(rebuild, "trixie"),
     "oci": build_oci,
     "oci-trixie": lambda rebuild: build_oci(rebuild, "trixie"),
     "registry": build_registry,

@@ -3,7 +3,10 @@
 # Apache License 2.0 (see https://www.apache.org/licenses/LICENSE-2.0)
 """Running Slurm's command line tools and parsing their machine-readable output.
 
-Everything here is written against Slurm 22.05 (Debian 12). The formats read:
+Written against Slurm 22.05 (Debian 12) and 24.11 (Debian 13). From 24.11 nodes and jobs are read as JSON
+(``scontrol show node --json``, ``squeue --json``: data_parser v0.0.42), turned into the same shape the text
+formats give, so that the modules' logic is one for both releases. Partitions and the configuration stay text:
+24.11's partition JSON leaves out the Default flag, and ``scontrol show config`` has no JSON. The text formats:
 
 * ``scontrol show -o <entity>``: one entity per line, ``Key=Value`` pairs separated by spaces, where a
   value may itself contain spaces (``OS=Linux 6.1.0 #1 SMP``) or ``=`` (``CfgTRES=cpu=2,mem=1000M``).
@@ -18,6 +21,7 @@ from __future__ import absolute_import, division, print_function
 __metaclass__ = type
 
 import itertools
+import json
 import os
 import re
 
@@ -31,6 +35,9 @@ _OWNER_RE = re.compile(r"^(?P<owner>[A-Za-z0-9_.-]+): ")
 
 BASE_STATES_BUSY = ("ALLOCATED", "MIXED", "COMPLETING")
 RUNNING_JOB_STATES = "RUNNING,COMPLETING,SUSPENDED"
+# The first release whose JSON output the readers below know (data_parser v0.0.42).
+JSON_SINCE = (24, 11)
+_VERSION_RE = re.compile(r"(\d+)\.(\d+)")
 
 # Slurm's state words behind a member's state in the platform's words (see member_state()). scontrol
 # spells FAIL on an allocated node FAILING.
@@ -63,6 +70,7 @@ class SlurmRunner:
         if slurm_conf:
             self.environ["SLURM_CONF"] = slurm_conf
         self._bins = {}
+        self._version = None
 
     def _bin(self, name):
         if name not in self._bins:
@@ -77,23 +85,53 @@ class SlurmRunner:
             raise SlurmError([tool] + cmd[1:], rc, out, err)
         return rc, out, err
 
+    def version(self):
+        """The Slurm release of the tools here, as (major, minor): `scontrol --version` says 'slurm-wlm 24.11.5'."""
+        if self._version is None:
+            match = _VERSION_RE.search(self.run("scontrol", ["--version"])[1])
+            self._version = (int(match.group(1)), int(match.group(2))) if match else (0, 0)
+        return self._version
+
+    def reads_json(self):
+        return self.version() >= JSON_SINCE
+
     # ---- reads used by more than one module ---------------------------------------------------------
+    def nodes(self, name=None):
+        """Every node (or the one named) as parse_node_line() gives it; [] when Slurm does not know the name."""
+        args = ["show", "node"] + ([name] if name else [])
+        if self.reads_json():
+            return [json_node(n) for n in self.read_json("scontrol", args + ["--json"]).get("nodes", [])]
+        rc, out, err = self.run("scontrol", ["show", "-o"] + args[1:], check=False)
+        if rc != 0:
+            if name and node_not_found(out, err):
+                return []
+            raise SlurmError(["scontrol", "show", "-o"] + args[1:], rc, out, err)
+        return parse_nodes(out)
+
     def show_node(self, name):
         """The parsed node, or None when Slurm does not know it."""
-        rc, out, err = self.run("scontrol", ["show", "-o", "node", name], check=False)
-        if rc != 0:
-            if node_not_found(out, err):
-                return None
-            raise SlurmError(["scontrol", "show", "-o", "node", name], rc, out, err)
-        nodes = parse_nodes(out)
+        nodes = self.nodes(name)
         return nodes[0] if nodes else None
+
+    def running_jobs(self):
+        """Jobs running, completing or suspended, as [{'job_id', 'nodes'}] (``nodes`` a Slurm host list)."""
+        if self.reads_json():
+            data = self.read_json("squeue", ["--json", "-t", RUNNING_JOB_STATES])
+            return [{"job_id": str(j["job_id"]), "nodes": j.get("nodes") or ""} for j in data.get("jobs", [])]
+        return parse_parsable(self.run("squeue", ["-h", "-t", RUNNING_JOB_STATES, "-o", "%i|%N"])[1],
+                              ("job_id", "nodes"))
 
     def running_job_ids(self, node=None):
         """Ids of jobs running, completing or suspended (on ``node`` when given)."""
-        args = ["-h", "-t", RUNNING_JOB_STATES, "-o", "%i"]
-        if node:
-            args += ["-w", node]
-        return parse_lines(self.run("squeue", args)[1])
+        return [j["job_id"] for j in self.running_jobs() if node is None or node in expand_hostlist(j["nodes"])]
+
+    def read_json(self, tool, args):
+        """The JSON a Slurm tool prints with --json (among ``args``)."""
+        rc, out, err = self.run(tool, args)
+        try:
+            return json.loads(out)
+        except ValueError:
+            raise SlurmError([tool] + args, rc, out, "its output is not JSON: " + (err or out)[:200]) from None
 
 
 def node_not_found(stdout, stderr):
@@ -124,6 +162,25 @@ def parse_node_line(line):
         fields["Reason"] = reason.group("text").strip()
         fields["ReasonUser"] = reason.group("user")
         fields["ReasonTime"] = reason.group("time")
+    return fields
+
+
+def json_node(node):
+    """One node of `scontrol show node --json` (24.11) in parse_node_line()'s shape."""
+    changed = node.get("reason_changed_at") or {}
+    fields = {
+        "NodeName": node.get("name", ""),
+        "State": "+".join(node.get("state") or []),
+        "Reason": node.get("reason") or "",
+        "CPUTot": str(node.get("cpus", "")),
+        "RealMemory": str(node.get("real_memory", "")),
+        "Gres": node.get("gres") or "",
+        "AvailableFeatures": ",".join(node.get("features") or []),
+        "Partitions": ",".join(node.get("partitions") or []),
+    }
+    if fields["Reason"]:
+        fields["ReasonUser"] = node.get("reason_set_by_user") or ""
+        fields["ReasonTime"] = str(changed.get("number", "")) if changed.get("set") else ""
     return fields
 
 

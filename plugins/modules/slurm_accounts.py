@@ -254,6 +254,10 @@ def read_snapshot(runner, cluster):
 
 def read_jobs(runner):
     """Every job slurmctld holds, its id, user and account (-a: hidden partitions too)."""
+    if runner.reads_json():
+        jobs = runner.read_json("squeue", ["--json", "-a"]).get("jobs", [])
+        return [{"JobId": str(j["job_id"]), "User": j.get("user_name", ""), "Account": j.get("account", "")}
+                for j in jobs]
     out = runner.run("squeue", ["-h", "-a", "-o", "%i|%u|%a"])[1]
     return parse_parsable(out, JOB_COLUMNS)
 

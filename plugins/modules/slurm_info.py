@@ -205,7 +205,6 @@ import platform  # noqa: E402 - Ansible modules import after their docs
 
 from ansible.module_utils.basic import AnsibleModule  # noqa: E402
 from ansible_collections.gpuaas.apps.plugins.module_utils.slurm import (  # noqa: E402
-    RUNNING_JOB_STATES,
     SlurmError,
     SlurmRunner,
     expand_hostlist,
@@ -213,8 +212,6 @@ from ansible_collections.gpuaas.apps.plugins.module_utils.slurm import (  # noqa
     node_name_of,
     node_summary,
     parse_config,
-    parse_nodes,
-    parse_parsable,
     parse_partitions,
     running_daemons,
 )
@@ -359,9 +356,8 @@ def member_states(members, nodes):
 def gather(runner):
     config = parse_config(runner.run("scontrol", ["show", "config"])[1])
     partitions = parse_partitions(runner.run("scontrol", ["show", "-o", "partition"])[1])
-    nodes = parse_nodes(runner.run("scontrol", ["show", "-o", "node"])[1])
-    squeue = runner.run("squeue", ["-h", "-t", RUNNING_JOB_STATES, "-o", "%i|%N"])[1]
-    jobs = jobs_per_node(parse_parsable(squeue, ("job_id", "nodes")))
+    nodes = runner.nodes()
+    jobs = jobs_per_node(runner.running_jobs())
     return {
         "cluster": config.get("ClusterName", ""),
         "slurm_version": config.get("SLURM_VERSION", ""),

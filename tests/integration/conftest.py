@@ -17,11 +17,18 @@ def pytest_collection_modifyitems(config, items):
             item.add_marker(skip)
 
 
+# The Debian releases the Slurm lifecycle runs on, and the test host flavor of each.
+SLURM_RELEASES = {"debian12": "slurm", "debian13": "slurm-trixie"}
+
+
 @pytest.fixture(scope="module")
-def cluster(tmp_path_factory):
-    """Five fresh test hosts: a controller, three workers and a spare for replace."""
+def cluster(request, tmp_path_factory):
+    """Five fresh test hosts: a controller, three workers and a spare for replace; Debian 12 unless a test module
+    parametrizes it with a release of SLURM_RELEASES."""
+    release = getattr(request, "param", "debian12")
     prefix = f"it{uuid.uuid4().hex[:6]}"
-    c = Cluster.start(prefix, tmp_path_factory.mktemp("cluster"), ["ctl", "w1", "w2", "w3", "w4"])
+    c = Cluster.start(prefix, tmp_path_factory.mktemp(f"cluster-{release}"), ["ctl", "w1", "w2", "w3", "w4"],
+                      SLURM_RELEASES[release])
     try:
         yield c
     finally:

@@ -66,8 +66,9 @@ class PlaybookRun:
 class Cluster:
     """A set of running test hosts plus the inventory that describes the Slurm cluster on them."""
 
-    def __init__(self, prefix: str, workdir: Path, hosts: dict[str, dict]):
+    def __init__(self, prefix: str, workdir: Path, hosts: dict[str, dict], flavor: str = "slurm"):
         self.prefix = prefix
+        self.flavor = flavor
         self.workdir = workdir
         self.hosts = hosts
         self.controller = "ctl"
@@ -75,12 +76,13 @@ class Cluster:
         self.extra_groups: dict[str, list[str]] = {}
 
     @classmethod
-    def start(cls, prefix: str, workdir: Path, names: list[str]) -> Cluster:
-        started = testhosts.up(prefix, names, "slurm")
-        return cls(prefix, workdir, {h["name"]: h for h in started})
+    def start(cls, prefix: str, workdir: Path, names: list[str], flavor: str = "slurm") -> Cluster:
+        """Hosts of a testhosts flavor: "slurm" (Debian 12, Slurm 22.05) or "slurm-trixie" (Debian 13, 24.11)."""
+        started = testhosts.up(prefix, names, flavor)
+        return cls(prefix, workdir, {h["name"]: h for h in started}, flavor)
 
     def add_hosts(self, names: list[str]) -> None:
-        for h in testhosts.up(self.prefix, names, "slurm"):
+        for h in testhosts.up(self.prefix, names, self.flavor):
             self.hosts[h["name"]] = h
 
     def stop(self) -> None:

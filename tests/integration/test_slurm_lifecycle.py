@@ -3,6 +3,11 @@
 The tests run in order and share one cluster: deploy, reconfigure, pinned package versions, add, drain,
 resume, remove (and a converge that refuses to bring the removed worker back), replace, decommission.
 Each checks real Slurm state, which hosts the run touched and which daemons it restarted.
+
+Every step runs on Debian 12 (Slurm 22.05). The steps marked both_releases run again, in the same order, on a
+second cluster of Debian 13 hosts (Slurm 24.11, whose nodes and jobs the modules read as JSON): the steps whose
+outcome depends on the release (packages, units, slurm.conf, the modules' reads). The others check the playbooks'
+own logic, which is the same on both, and run once.
 """
 
 import json
@@ -15,6 +20,12 @@ import pytest
 from .slurm_harness import restarted
 
 pytestmark = [pytest.mark.hosts, pytest.mark.slow]
+both_releases = pytest.mark.both_releases
+
+
+def pytest_generate_tests(metafunc):
+    releases = ["debian12", "debian13"] if metafunc.definition.get_closest_marker("both_releases") else ["debian12"]
+    metafunc.parametrize("cluster", releases, indirect=True, scope="module")
 
 
 # slurmd keeps the configuration slurmctld last sent it here (configless).
@@ -75,10 +86,21 @@ def test_bad_inventory_fails_before_anything_changes(cluster):
     assert "PLAY [Set up MUNGE]" not in run.output
     assert all(c["changed"] == 0 for c in run.recap.values()), f"the refused deploy changed hosts: {run.recap}"
 
+    # Partition options slurm.conf would misread: a misspelt keyword, a value that would end its field early.
+    partitions = [{"name": "main", "Oversubscribe": "NO"}, {"name": "b", "OverSubscribe": "NO SlurmUser=nobody"}]
+    run = cluster.playbook("slurm_deploy", inventory=cluster.inventory(workers=["w1"], name="opts.ini"),
+                           slurm_controller_partitions=partitions)
+    assert run.rc != 0
+    flat = " ".join(run.output.split())
+    assert ("slurm_controller_partitions has options slurm.conf would not read as given: main: Oversubscribe is not a "
+            "partition keyword; b: OverSubscribe must be one word") in flat, run.output[-2000:]
+    assert all(c["changed"] == 0 for c in run.recap.values()), f"the refused deploy changed hosts: {run.recap}"
+
     for host in ("ctl", "w1", "w2"):
         assert cluster.sh(host, "ls /etc/slurm/slurm.conf /etc/munge/munge.key 2>/dev/null || true") == ""
 
 
+@both_releases
 def test_deploy_one_controller_two_workers(cluster):
     cluster.workers = ["w1", "w2"]
     run = cluster.playbook("slurm_deploy")
@@ -100,6 +122,7 @@ def test_deploy_one_controller_two_workers(cluster):
     assert cluster.sh(node, f"cat /tmp/job-{job}.out") == f"done-{job}"
 
 
+@both_releases
 def test_deploy_again_changes_nothing(cluster):
     assert_unchanged_second_run(cluster, "slurm_deploy")
 
@@ -113,13 +136,18 @@ def test_a_short_munge_key_is_refused_with_its_reason_before_any_host_changes(cl
     assert {h: cluster.sh(h, "sha256sum /etc/munge/munge.key") for h in keys} == keys
 
 
+@both_releases
 def test_reconfigure_changes_config_without_restarting_any_slurmd(cluster):
     assert_unchanged_second_run(cluster, "slurm_reconfigure")
     before = cluster.daemon_pids()
-    partitions = [{"name": "main", "default": True}, {"name": "debug", "max_time": "30:00"}]
-    run = cluster.playbook("slurm_reconfigure", slurm_controller_partitions=partitions)
+    # Free-form partition options, as slurm.conf spells them.
+    debug = {"name": "debug", "max_time": "30:00", "OverSubscribe": "FORCE:2", "PriorityTier": 2,
+             "DefaultTime": "10:00"}
+    run = cluster.playbook("slurm_reconfigure", slurm_controller_partitions=[{"name": "main", "default": True}, debug])
     assert run.rc == 0, run.output[-4000:]
     assert "debug" in cluster.sh("ctl", "sinfo --noheader --format=%P").split()
+    shown = cluster.sh("ctl", "scontrol show -o partition debug").split()
+    assert {"OverSubscribe=FORCE:2", "PriorityTier=2", "DefaultTime=00:10:00", "MaxTime=00:30:00"} <= set(shown), shown
     assert sorted(cluster.sh("ctl", "srun --immediate=30 -p debug -N2 hostname").split()) == ["w1", "w2"]
     # Configuration reaches the workers through slurmctld (configless): no daemon restarts.
     assert restarted(before, cluster.daemon_pids()) == set()
@@ -198,6 +226,7 @@ def test_pinned_versions_upgrade_and_roll_back_exactly(cluster):
         assert cluster.sh(host, "ls /etc/apt/sources.list.d/gpuaas.list 2>/dev/null || true") == ""
 
 
+@both_releases
 def test_member_add_touches_only_controller_and_new_host(cluster):
     before = cluster.daemon_pids()
     cluster.workers = ["w1", "w2", "w3"]
@@ -215,6 +244,7 @@ def test_member_add_touches_only_controller_and_new_host(cluster):
     assert_unchanged_second_run(cluster, "slurm_member_add", slurm_members="w3")
 
 
+@both_releases
 def test_drain_waits_for_the_running_job_and_new_work_lands_elsewhere(cluster):
     before = cluster.daemon_pids()
     # The job runs until the test releases it, so the drain is seen waiting however slow the machine is.
@@ -277,6 +307,7 @@ def test_reconfigure_proves_itself_on_the_nodes_not_drained(cluster):
     assert cluster.node_states()["w2"] == "drain"
 
 
+@both_releases
 def test_resume_clears_only_our_drain(cluster):
     run = cluster.playbook("slurm_member_resume", slurm_members="w2")
     assert run.rc == 0, run.output[-4000:]
@@ -295,6 +326,7 @@ def test_resume_clears_only_our_drain(cluster):
     assert cluster.wait_node_state("w1", {"idle"}) == "idle"
 
 
+@both_releases
 def test_remove_refuses_a_busy_worker_then_removes_it(cluster):
     job = cluster.sh("ctl", "sbatch --parsable -w w3 --output=/dev/null --wrap 'sleep 300'")
     assert cluster.wait_node_state("w3", {"alloc", "mix"}) in {"alloc", "mix"}
@@ -425,6 +457,7 @@ def test_a_reconfigure_with_no_worker_to_reach_runs_on_the_controller_alone(clus
     assert set(cluster.node_states()) == {"w1", "w2"}
 
 
+@both_releases
 def test_replace_joins_the_new_worker_before_draining_the_old(cluster):
     job = cluster.sh("ctl", "sbatch --parsable -w w1 --output=/dev/null --wrap 'sleep 10'")
     assert cluster.wait_node_state("w1", {"alloc", "mix"}) in {"alloc", "mix"}
@@ -468,6 +501,7 @@ def test_a_forced_replace_joins_the_new_worker_without_the_dead_one(cluster):
     cluster.workers = ["w1", "w4"]
 
 
+@both_releases
 def test_decommission_leaves_nothing(cluster):
     cluster.workers = ["w1", "w2", "w3", "w4"]  # every host that ever held a part of the cluster
     run = cluster.playbook("slurm_decommission")

@@ -205,7 +205,7 @@ def validate(schema: dict | None, values: dict, platform_vars: set[str]) -> None
                        "the catalog must publish a corrected version") from None
     if error is not None:
         where = ".".join(str(p) for p in error.absolute_path)
-        if error.validator == "additionalProperties":
+        if error.validator == "additionalProperties" and not where:
             extra = sorted(set(values) - set((schema or NO_PARAMETERS).get("properties") or {}))
             where = extra[0] if extra else where
             message = f"parameter {where!r} is not declared by this app version"
