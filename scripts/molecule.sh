@@ -10,7 +10,7 @@
 # images (localhost/gpuaas-testhost:bookworm and the -slurm one with the Slurm packages installed, built
 # locally with debootstrap from the Debian mirror: no registry is needed). Each scenario's hosts get a
 # podman network of their own (gpuaas-molecule-<scenario>), which molecule creates and removes. Scenarios:
-# molecule/*/ (single_node; cluster, with accounting; oci_workload, whose host and registry are built from the
+# molecule/*/ (single_node, on Debian 13 from its base image; cluster, on Debian 12, with accounting; oci_workload, whose host and registry are built from the
 # Debian 13 images instead and sit on the test hosts' network; rke2, one server and one agent of the rke2 flavour
 # against the RKE2 test double; rke2_delegated, an operator's own VMs, for which nothing is built:
 # molecule/rke2_delegated/README.md).
@@ -31,6 +31,7 @@ for flavor in ("registry", "oci-trixie"):
 testhosts.ensure_network()' ;;
   rke2_delegated) ;;  # the operator's VMs: no test host image
   rke2*) .venv/bin/python -c 'from gpuaas_api import testhosts; testhosts.build("rke2")' ;;
+  single_node) .venv/bin/python -c 'from gpuaas_api import testhosts; testhosts.build_base(False, "trixie")' ;;
   *) .venv/bin/python -c 'from gpuaas_api import testhosts; testhosts.build_slurm(rebuild=False)' ;;
 esac
 export PATH="$PWD/.venv/bin:$PATH"

@@ -123,7 +123,10 @@ class SlurmRunner:
 
     def running_job_ids(self, node=None):
         """Ids of jobs running, completing or suspended (on ``node`` when given)."""
-        return [j["job_id"] for j in self.running_jobs() if node is None or node in expand_hostlist(j["nodes"])]
+        if self.reads_json():
+            return [j["job_id"] for j in self.running_jobs() if node is None or node in expand_hostlist(j["nodes"])]
+        return parse_lines(self.run("squeue", ["-h", "-t", RUNNING_JOB_STATES, "-o", "%i"]
+                                    + (["-w", node] if node else []))[1])
 
     def read_json(self, tool, args):
         """The JSON a Slurm tool prints with --json (among ``args``)."""

@@ -1,10 +1,10 @@
 """Runs the molecule scenarios (podman driver) against real systemd containers, with the command the README
 gives role developers: scripts/molecule.sh (`make molecule SCENARIO=...`), which builds what molecule needs.
 
-single_node installs Slurm from the Debian mirror; cluster (a controller with slurmdbd and enforced
-associations, two workers) uses the image with the packages pre-installed. Each scenario converges, proves
-a second converge changes nothing, runs the converge playbook again under --check, verifies, and destroys
-its containers and its network.
+single_node installs Slurm 24.11 on Debian 13 from the Debian mirror; cluster (a controller with slurmdbd and
+enforced associations, two workers) runs Slurm 22.05 on Debian 12 from the image with the packages pre-installed.
+Each scenario converges, proves a second converge changes nothing, runs the converge playbook again under --check,
+verifies, and destroys its containers and its network.
 """
 
 import pytest

@@ -4,10 +4,10 @@ The tests run in order and share one cluster: deploy, reconfigure, pinned packag
 resume, remove (and a converge that refuses to bring the removed worker back), replace, decommission.
 Each checks real Slurm state, which hosts the run touched and which daemons it restarted.
 
-Every step runs on Debian 12 (Slurm 22.05). The steps marked both_releases run again, in the same order, on a
-second cluster of Debian 13 hosts (Slurm 24.11, whose nodes and jobs the modules read as JSON): the steps whose
-outcome depends on the release (packages, units, slurm.conf, the modules' reads). The others check the playbooks'
-own logic, which is the same on both, and run once.
+Every step runs on Debian 12 (Slurm 22.05) unless it names its releases. The steps marked BOTH run again, in the
+same order, on a second cluster of Debian 13 hosts (Slurm 24.11, whose nodes and jobs the modules read as JSON):
+the steps whose outcome depends on the release (packages, units, slurm.conf, the modules' reads). The others check
+the playbooks' own logic, which is the same on both, and run once.
 """
 
 import json
@@ -20,12 +20,12 @@ import pytest
 from .slurm_harness import restarted
 
 pytestmark = [pytest.mark.hosts, pytest.mark.slow]
-both_releases = pytest.mark.both_releases
+BOTH = pytest.mark.releases("debian12", "debian13")
 
 
 def pytest_generate_tests(metafunc):
-    releases = ["debian12", "debian13"] if metafunc.definition.get_closest_marker("both_releases") else ["debian12"]
-    metafunc.parametrize("cluster", releases, indirect=True, scope="module")
+    marker = metafunc.definition.get_closest_marker("releases")
+    metafunc.parametrize("cluster", list(marker.args) if marker else ["debian12"], indirect=True, scope="module")
 
 
 # slurmd keeps the configuration slurmctld last sent it here (configless).
@@ -100,7 +100,21 @@ def test_bad_inventory_fails_before_anything_changes(cluster):
         assert cluster.sh(host, "ls /etc/slurm/slurm.conf /etc/munge/munge.key 2>/dev/null || true") == ""
 
 
-@both_releases
+@pytest.mark.releases("debian13")
+def test_accounting_is_refused_where_slurmdbd_cannot_start(cluster):
+    """Debian 13's slurmdbd 24.11.5 does not start against its MariaDB 11.8: a deploy with accounting is refused
+    before any host changes, naming the controller and what to do."""
+    cluster.workers = ["w1"]
+    run = cluster.playbook("slurm_deploy", slurm_controller_accounting_enabled=True)
+    assert run.rc != 0
+    flat = " ".join(run.output.split())
+    assert "ctl runs Debian 13" in flat, flat[-2000:]
+    assert "Run the controller on Debian 12, or turn accounting off." in flat, flat[-2000:]
+    assert all(c["changed"] == 0 for c in run.recap.values()), f"the refused deploy changed hosts: {run.recap}"
+    assert cluster.sh("ctl", "ls /etc/slurm/slurm.conf /etc/munge/munge.key 2>/dev/null || true") == ""
+
+
+@BOTH
 def test_deploy_one_controller_two_workers(cluster):
     cluster.workers = ["w1", "w2"]
     run = cluster.playbook("slurm_deploy")
@@ -122,7 +136,7 @@ def test_deploy_one_controller_two_workers(cluster):
     assert cluster.sh(node, f"cat /tmp/job-{job}.out") == f"done-{job}"
 
 
-@both_releases
+@BOTH
 def test_deploy_again_changes_nothing(cluster):
     assert_unchanged_second_run(cluster, "slurm_deploy")
 
@@ -136,7 +150,7 @@ def test_a_short_munge_key_is_refused_with_its_reason_before_any_host_changes(cl
     assert {h: cluster.sh(h, "sha256sum /etc/munge/munge.key") for h in keys} == keys
 
 
-@both_releases
+@BOTH
 def test_reconfigure_changes_config_without_restarting_any_slurmd(cluster):
     assert_unchanged_second_run(cluster, "slurm_reconfigure")
     before = cluster.daemon_pids()
@@ -226,7 +240,7 @@ def test_pinned_versions_upgrade_and_roll_back_exactly(cluster):
         assert cluster.sh(host, "ls /etc/apt/sources.list.d/gpuaas.list 2>/dev/null || true") == ""
 
 
-@both_releases
+@BOTH
 def test_member_add_touches_only_controller_and_new_host(cluster):
     before = cluster.daemon_pids()
     cluster.workers = ["w1", "w2", "w3"]
@@ -244,7 +258,7 @@ def test_member_add_touches_only_controller_and_new_host(cluster):
     assert_unchanged_second_run(cluster, "slurm_member_add", slurm_members="w3")
 
 
-@both_releases
+@BOTH
 def test_drain_waits_for_the_running_job_and_new_work_lands_elsewhere(cluster):
     before = cluster.daemon_pids()
     # The job runs until the test releases it, so the drain is seen waiting however slow the machine is.
@@ -307,7 +321,7 @@ def test_reconfigure_proves_itself_on_the_nodes_not_drained(cluster):
     assert cluster.node_states()["w2"] == "drain"
 
 
-@both_releases
+@BOTH
 def test_resume_clears_only_our_drain(cluster):
     run = cluster.playbook("slurm_member_resume", slurm_members="w2")
     assert run.rc == 0, run.output[-4000:]
@@ -326,7 +340,7 @@ def test_resume_clears_only_our_drain(cluster):
     assert cluster.wait_node_state("w1", {"idle"}) == "idle"
 
 
-@both_releases
+@BOTH
 def test_remove_refuses_a_busy_worker_then_removes_it(cluster):
     job = cluster.sh("ctl", "sbatch --parsable -w w3 --output=/dev/null --wrap 'sleep 300'")
     assert cluster.wait_node_state("w3", {"alloc", "mix"}) in {"alloc", "mix"}
@@ -457,7 +471,7 @@ def test_a_reconfigure_with_no_worker_to_reach_runs_on_the_controller_alone(clus
     assert set(cluster.node_states()) == {"w1", "w2"}
 
 
-@both_releases
+@BOTH
 def test_replace_joins_the_new_worker_before_draining_the_old(cluster):
     job = cluster.sh("ctl", "sbatch --parsable -w w1 --output=/dev/null --wrap 'sleep 10'")
     assert cluster.wait_node_state("w1", {"alloc", "mix"}) in {"alloc", "mix"}
@@ -501,7 +515,7 @@ def test_a_forced_replace_joins_the_new_worker_without_the_dead_one(cluster):
     cluster.workers = ["w1", "w4"]
 
 
-@both_releases
+@BOTH
 def test_decommission_leaves_nothing(cluster):
     cluster.workers = ["w1", "w2", "w3", "w4"]  # every host that ever held a part of the cluster
     run = cluster.playbook("slurm_decommission")

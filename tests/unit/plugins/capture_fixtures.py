@@ -1,4 +1,4 @@
-"""Re-capture the real Slurm 22.05 output the unit tests parse.
+"""Re-capture the real Slurm output the unit tests parse: 22.05's text, and 24.11's JSON.
 
 Starts a private cluster (slurm_local.py), drives it through the situations the modules meet (idle, draining
 with running jobs, drained, resumed, down, drained by someone else, accounts and associations), and writes
@@ -6,9 +6,13 @@ each command's raw stdout to fixtures/<name>.txt. fixtures/index.json records, p
 its exit status, stderr and the situation it was taken in.
 
     python tests/unit/plugins/capture_fixtures.py   # needs root + slurm-wlm slurmdbd munge mariadb-server
+
+On Slurm 24.11 (a Debian 13 test host) it captures the JSON the modules read there instead, into
+fixtures/json_*.txt, and adds those to index.json, keeping the 22.05 entries.
 """
 
 import json
+import subprocess
 import sys
 import tempfile
 import time
@@ -120,6 +124,31 @@ def capture_nodes(rec):
         "state=drain",
         "reason=gpuaas: x",
     )
+    rec.do("scontrol", "update", f"nodename={NODE_NAME}", "state=resume")
+    wait_for(lambda: "State=IDLE " in rec.node_state(), "node idle after resume")
+
+
+def capture_json(rec):
+    """Slurm 24.11's `--json` output of nodes and jobs, in the situations capture_nodes() records as text."""
+    node = ("scontrol", "show", "node", NODE_NAME, "--json")
+    running = ("squeue", "--json", "-t", "RUNNING,COMPLETING,SUSPENDED")
+    rec.capture("json_version", "client version", "scontrol", "--version")
+    rec.capture("json_node_idle", "idle node, no jobs", *node)
+    rec.capture("json_node_missing", "a node name slurm does not know", "scontrol", "show", "node", "nosuch", "--json")
+    rec.capture("json_squeue_empty", "no jobs", *running)
+    job1 = rec.do("sbatch", "--parsable", "-n1", "-o", "/dev/null", "--wrap", "sleep 300").stdout.strip()
+    wait_for(lambda: "MIXED" in rec.node_state(), "job 1 running")
+    rec.capture("json_nodes_all_mixed", "all nodes, one job running", "scontrol", "show", "node", "--json")
+    rec.capture("json_squeue_running", f"job {job1} running", *running)
+    rec.capture("json_squeue_all", f"every job, job {job1} running (-a: hidden partitions too)", "squeue", "--json",
+                "-a")
+    rec.do("scontrol", "update", f"nodename={NODE_NAME}", "state=drain", "reason=gpuaas: maintenance window")
+    rec.capture("json_node_draining_mixed", "drained by gpuaas while one job runs", *node)
+    rec.do("scancel", job1)
+    wait_for(lambda: "State=IDLE+DRAIN " in rec.node_state(), "node drained")
+    rec.capture("json_node_drained", "drained by gpuaas, jobs gone", *node)
+    rec.do("scontrol", "update", f"nodename={NODE_NAME}", "state=down", "reason=gpuaas: broken gpu")
+    rec.capture("json_node_down", "set down by gpuaas", *node)
     rec.do("scontrol", "update", f"nodename={NODE_NAME}", "state=resume")
     wait_for(lambda: "State=IDLE " in rec.node_state(), "node idle after resume")
 
@@ -297,10 +326,19 @@ def main():
         return 1
     FIXTURES.mkdir(exist_ok=True)
     with tempfile.TemporaryDirectory(prefix="gpuaas-slurm-fixtures-") as tmp:
-        cluster = Cluster(tmp)
+        release = subprocess.run(["dpkg-query", "-W", "-f=${Version}", "slurmctld"], capture_output=True, text=True,
+                                 check=False).stdout
+        cluster = Cluster(tmp, accounting=not release.startswith("24.11"))
         try:
             cluster.start()
             rec = Recorder(cluster)
+            if not cluster.accounting:
+                capture_json(rec)
+                index = json.loads((FIXTURES / "index.json").read_text())
+                (FIXTURES / "index.json").write_text(json.dumps(dict(index, **rec.index), indent=2, sort_keys=True)
+                                                     + "\n")
+                print(f"wrote {len(rec.index)} JSON fixtures to {FIXTURES}")
+                return 0
             capture_nodes(rec)
             capture_accounts(rec)
             rec.capture("version", "client version", "scontrol", "--version")

@@ -1,4 +1,4 @@
-"""Real Slurm 22.05 output captured by capture_fixtures.py, and a replaying stand-in for Slurm's CLI.
+"""Real Slurm output captured by capture_fixtures.py (22.05 text, 24.11 JSON), and a replaying stand-in for Slurm's CLI.
 
 ReplaySlurm is a test double: it answers a module's scontrol/sacctmgr/squeue calls with recorded real
 output, so the module's flow (waiting, timeouts, refusals) can be tested without daemons. The *_live tests
@@ -41,8 +41,10 @@ class ReplaySlurm:
     next answer, the last one repeats. ``calls`` records every argv (tool name first).
     """
 
-    def __init__(self, answers):
-        self.answers = {key: list(values) for key, values in answers.items()}
+    def __init__(self, answers, release="slurm-wlm 22.05.8"):
+        # `scontrol --version` first: it tells the modules whether to read JSON (24.11) or text (22.05).
+        self.answers = {("scontrol", "--version"): [(0, release + "\n", "")]}
+        self.answers.update((key, list(values)) for key, values in answers.items())
         self.calls = []
 
     def __call__(self, args, **kwargs):

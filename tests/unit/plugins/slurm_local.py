@@ -61,7 +61,9 @@ def _binary(name):
 
 
 class Cluster:
-    def __init__(self, root):
+    def __init__(self, root, accounting=True):
+        # Without accounting: no MariaDB, no slurmdbd (Debian 13's slurmdbd 24.11 cannot use its MariaDB 11.8).
+        self.accounting = accounting
         self.root = Path(root)
         self.conf = self.root / "etc" / "slurm.conf"
         self.state_file = self.root / "cluster.json"
@@ -87,11 +89,13 @@ class Cluster:
         self.state_file.write_text(json.dumps({"ports": ports, "pids": pids}))
         try:
             pids["munged"] = self._start_munge()
-            pids["mariadbd"] = self._start_mariadb(ports["mysql"])
+            if self.accounting:
+                pids["mariadbd"] = self._start_mariadb(ports["mysql"])
             self._write_configs(ports)
-            pids["slurmdbd"] = self._spawn("slurmdbd", "-D")
-            self._wait(lambda: self.ok("sacctmgr", "-n", "-P", "show", "cluster"), "slurmdbd answering")
-            self.run("sacctmgr", "-i", "add", "cluster", CLUSTER_NAME)
+            if self.accounting:
+                pids["slurmdbd"] = self._spawn("slurmdbd", "-D")
+                self._wait(lambda: self.ok("sacctmgr", "-n", "-P", "show", "cluster"), "slurmdbd answering")
+                self.run("sacctmgr", "-i", "add", "cluster", CLUSTER_NAME)
             pids["slurmctld"] = self._spawn("slurmctld", "-D", "-i")
             self._wait(lambda: self.ok("scontrol", "ping"), "slurmctld answering")
             pids["slurmd"] = self._spawn("slurmd", "-D", "-N", NODE_NAME)
@@ -212,12 +216,14 @@ class Cluster:
                     "MpiDefault=none",
                     "MailProg=/bin/true",
                     "GresTypes=gpu",
-                    "AccountingStorageType=accounting_storage/slurmdbd",
-                    "AccountingStorageHost=127.0.0.1",
-                    f"AccountingStoragePort={ports['dbd']}",
-                    f"AccountingStoragePass={r / 'munge' / 'munge.socket'}",
-                    "AccountingStorageEnforce=associations",
-                    "AccountingStorageTRES=gres/gpu",
+                    *([
+                        "AccountingStorageType=accounting_storage/slurmdbd",
+                        "AccountingStorageHost=127.0.0.1",
+                        f"AccountingStoragePort={ports['dbd']}",
+                        f"AccountingStoragePass={r / 'munge' / 'munge.socket'}",
+                        "AccountingStorageEnforce=associations",
+                        "AccountingStorageTRES=gres/gpu",
+                    ] if self.accounting else []),
                     f"NodeName={NODE_NAME} NodeAddr=127.0.0.1 NodeHostname={socket.gethostname()} CPUs=2 "
                     "RealMemory=1000 Gres=gpu:2 Feature=a100,test State=UNKNOWN",
                     f"PartitionName=gpu Nodes={NODE_NAME} Default=YES MaxTime=1-00:00:00 State=UP",
