@@ -80,11 +80,11 @@ class Runner:
         profile = self.workdir / f"profile-{self.count}.json"
         os.environ["ANSIBLE_CALLBACKS_ENABLED"] = CALLBACK
         os.environ["GPUAAS_TASK_TIMING_PATH"] = str(profile)
-        before = cluster.daemon_pids()
+        before = cluster.daemon_runs()
         run = cluster.playbook(name, **extra)
         if run.rc != 0:
             raise SystemExit(f"{label}: {name} failed (rc {run.rc}):\n{run.output[-4000:]}")
-        after = cluster.daemon_pids()
+        after = cluster.daemon_runs()
         print(f"  {label}: {run.seconds:.1f} s", flush=True)
         return {
             "seconds": round(run.seconds, 3),

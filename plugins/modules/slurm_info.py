@@ -20,7 +20,8 @@ description:
     It is failed when C(slurmd) or C(munged) does not run there (read from C(/proc), no systemd needed), active
     otherwise. It does not call the controller, which notices a dead C(slurmd) only after C(SlurmdTimeout)
     (300 s by default).
-  - Written for Slurm 22.05 (Debian 12); with O(view=cluster) run it where C(scontrol) reaches the controller.
+  - Written for Slurm 22.05 (Debian 12) and 24.11 (Debian 13, whose nodes and jobs it reads as JSON); with
+    O(view=cluster) run it where C(scontrol) reaches the controller.
     When the controller does not answer, it fails with one line that says so.
 author:
   - gpuaas.apps developers (@gpuaas)

@@ -22,8 +22,8 @@ description:
   - Can wait until a draining node has no running jobs any more (O(wait=true)), and after a resume waits
     until the node is back in service and responding (Slurm 22.05 shows it as C(idle*) for about a
     second).
-  - Written for Slurm 22.05 (Debian 12); run it on a host where C(scontrol) reaches the controller,
-    usually the controller itself.
+  - Written for Slurm 22.05 (Debian 12) and 24.11 (Debian 13, whose nodes and jobs it reads as JSON); run it on
+    a host where C(scontrol) reaches the controller, usually the controller itself.
 author:
   - gpuaas.apps developers (@gpuaas)
 options:

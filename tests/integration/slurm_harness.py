@@ -196,14 +196,20 @@ class Cluster:
         """When the unit last became active, in microseconds of the (shared) monotonic clock."""
         return int(self.sh(host, f"systemctl show -p ActiveEnterTimestampMonotonic --value {unit}"))
 
-    def daemon_pids(self) -> dict[tuple[str, str], str]:
-        """MainPID of each Slurm-related daemon on each host ("0" when not running)."""
-        pids = {}
+    def daemon_runs(self) -> dict[tuple[str, str], str]:
+        """For each Slurm-related daemon on each host, when systemd last started its unit ("0" when it is not
+        running): a restart or a start changes it. Not the PID: from Slurm 24.05, `scontrol reconfigure` makes
+        slurmctld and every slurmd re-execute themselves in place (new PIDs, same unit run, jobs kept)."""
+        runs = {}
         for host in self.hosts:
-            out = self.sh(host, "systemctl show -p MainPID --value " + " ".join(DAEMONS), check=False)
-            for daemon, pid in zip(DAEMONS, out.split(), strict=False):
-                pids[(host, daemon)] = pid
-        return pids
+            out = self.sh(host, "systemctl show -p MainPID -p ActiveEnterTimestampMonotonic " + " ".join(DAEMONS),
+                          check=False)
+            # One block of KEY=value lines per unit, in the order asked, separated by blank lines.
+            for daemon, block in zip(DAEMONS, out.split("\n\n"), strict=False):
+                props = dict(line.split("=", 1) for line in block.splitlines() if "=" in line)
+                runs[(host, daemon)] = props.get("ActiveEnterTimestampMonotonic", "0") if props.get(
+                    "MainPID", "0") != "0" else "0"
+        return runs
 
     def node_states(self) -> dict[str, str]:
         out = self.sh(self.controller, "sinfo --noheader --Node --format='%N %t'")
@@ -219,5 +225,5 @@ class Cluster:
 
 
 def restarted(before: dict, after: dict) -> set[tuple[str, str]]:
-    """Daemons whose process changed (restarted, started or stopped) between two snapshots."""
+    """Daemons restarted, started or stopped between two daemon_runs() snapshots."""
     return {key for key in before.keys() | after.keys() if before.get(key, "0") != after.get(key, "0")}

@@ -32,11 +32,6 @@ def pytest_generate_tests(metafunc):
 CONF_CACHE = "/var/lib/slurm/slurmd/conf-cache/slurm.conf"
 
 
-def slurmd_pids(cluster, hosts):
-    pids = cluster.daemon_pids()
-    return {h: pids[(h, "slurmd")] for h in hosts}
-
-
 def assert_unchanged_second_run(cluster, name, **extra):
     again = cluster.playbook(name, **extra)
     assert again.rc == 0, again.output[-3000:]
@@ -153,7 +148,7 @@ def test_a_short_munge_key_is_refused_with_its_reason_before_any_host_changes(cl
 @BOTH
 def test_reconfigure_changes_config_without_restarting_any_slurmd(cluster):
     assert_unchanged_second_run(cluster, "slurm_reconfigure")
-    before = cluster.daemon_pids()
+    before = cluster.daemon_runs()
     # Free-form partition options, as slurm.conf spells them.
     debug = {"name": "debug", "max_time": "30:00", "OverSubscribe": "FORCE:2", "PriorityTier": 2,
              "DefaultTime": "10:00"}
@@ -164,7 +159,7 @@ def test_reconfigure_changes_config_without_restarting_any_slurmd(cluster):
     assert {"OverSubscribe=FORCE:2", "PriorityTier=2", "DefaultTime=00:10:00", "MaxTime=00:30:00"} <= set(shown), shown
     assert sorted(cluster.sh("ctl", "srun --immediate=30 -p debug -N2 hostname").split()) == ["w1", "w2"]
     # Configuration reaches the workers through slurmctld (configless): no daemon restarts.
-    assert restarted(before, cluster.daemon_pids()) == set()
+    assert restarted(before, cluster.daemon_runs()) == set()
     for worker in ("w1", "w2"):
         assert "PartitionName=debug" in cluster.sh(worker, f"cat {CONF_CACHE}"), worker
 
@@ -173,7 +168,7 @@ def test_a_new_munge_key_and_a_config_change_reach_every_host_in_one_run(cluster
     """The workers keep munged in their slurmd run, after the controller's play: the controller's reconfigure
     cannot reach a slurmd whose munged still has the old key, so slurmd restarts with the new key and fetches
     its configuration as it starts."""
-    before = cluster.daemon_pids()
+    before = cluster.daemon_runs()
     new_key = "rotated-" + "k" * 56
     run = cluster.playbook("slurm_reconfigure", munge_key=new_key)  # the debug partition goes, too
     assert run.rc == 0, run.output[-4000:]
@@ -184,7 +179,7 @@ def test_a_new_munge_key_and_a_config_change_reach_every_host_in_one_run(cluster
     for worker in ("w1", "w2"):
         assert "PartitionName=debug" not in cluster.sh(worker, f"cat {CONF_CACHE}"), worker
     assert sorted(cluster.sh("ctl", "srun --immediate=30 -N2 hostname").split()) == ["w1", "w2"]
-    assert restarted(before, cluster.daemon_pids()) == {
+    assert restarted(before, cluster.daemon_runs()) == {
         ("ctl", "munge"), ("w1", "munge"), ("w2", "munge"), ("w1", "slurmd"), ("w2", "slurmd")}
 
 
@@ -213,10 +208,10 @@ def test_pinned_versions_upgrade_and_roll_back_exactly(cluster):
 
     # An upgrade to the newer build, then a rollback to the older one: a real downgrade.
     for suffix in ("gpuaas2", "gpuaas1"):
-        before = cluster.daemon_pids()
+        before = cluster.daemon_runs()
         run = cluster.playbook("slurm_reconfigure", **pins(suffix))
         assert run.rc == 0, run.output[-4000:]
-        after = cluster.daemon_pids()
+        after = cluster.daemon_runs()
         print(f"\nslurm_reconfigure to the +{suffix} pins: {run.seconds:.1f} s; "
               f"daemons restarted: {sorted(restarted(before, after))}")
         for host in hosts:
@@ -231,10 +226,10 @@ def test_pinned_versions_upgrade_and_roll_back_exactly(cluster):
         assert_unchanged_second_run(cluster, "slurm_reconfigure", **pins(suffix))
 
     # Without pins the hosts keep what they have, and the site's repository list is gone.
-    before = cluster.daemon_pids()
+    before = cluster.daemon_runs()
     run = cluster.playbook("slurm_reconfigure")
     assert run.rc == 0, run.output[-4000:]
-    assert restarted(before, cluster.daemon_pids()) == set()
+    assert restarted(before, cluster.daemon_runs()) == set()
     for host in hosts:
         assert cluster.package_versions(host, packages) == {p: f"{installed[p]}+gpuaas1" for p in packages}, host
         assert cluster.sh(host, "ls /etc/apt/sources.list.d/gpuaas.list 2>/dev/null || true") == ""
@@ -242,11 +237,11 @@ def test_pinned_versions_upgrade_and_roll_back_exactly(cluster):
 
 @BOTH
 def test_member_add_touches_only_controller_and_new_host(cluster):
-    before = cluster.daemon_pids()
+    before = cluster.daemon_runs()
     cluster.workers = ["w1", "w2", "w3"]
     run = cluster.playbook("slurm_member_add", slurm_members="w3")
     assert run.rc == 0, run.output[-4000:]
-    after = cluster.daemon_pids()
+    after = cluster.daemon_runs()
     print(
         f"\nslurm_member_add (third worker): {run.seconds:.1f} s; hosts touched: {sorted(run.hosts_touched)}; "
         f"daemons restarted or started: {sorted(restarted(before, after))}"
@@ -260,7 +255,7 @@ def test_member_add_touches_only_controller_and_new_host(cluster):
 
 @BOTH
 def test_drain_waits_for_the_running_job_and_new_work_lands_elsewhere(cluster):
-    before = cluster.daemon_pids()
+    before = cluster.daemon_runs()
     # The job runs until the test releases it, so the drain is seen waiting however slow the machine is.
     release = "/tmp/gpuaas-release-drain-test"
     job = cluster.sh("ctl", f"sbatch --parsable -w w2 --output=/dev/null --wrap "
@@ -298,7 +293,7 @@ def test_drain_waits_for_the_running_job_and_new_work_lands_elsewhere(cluster):
     reason = cluster.sh("ctl", "sinfo --noheader --Node --nodes=w2 --format=%E")
     assert reason.startswith("gpuaas: ")
     assert run.hosts_touched == {"ctl"}
-    assert restarted(before, cluster.daemon_pids()) == set()
+    assert restarted(before, cluster.daemon_runs()) == set()
     # Progress while it waited, naming the job still running (the steady interval: tests/unit's live test).
     progress = [line for line in run.output.splitlines() if "still draining" in line]
     assert progress, run.output[-3000:]
@@ -351,10 +346,10 @@ def test_remove_refuses_a_busy_worker_then_removes_it(cluster):
 
     cluster.sh("ctl", f"scancel {job}")
     assert cluster.wait_node_state("w3", {"idle"}) == "idle"
-    before = cluster.daemon_pids()
+    before = cluster.daemon_runs()
     run = cluster.playbook("slurm_member_remove", slurm_members="w3")
     assert run.rc == 0, run.output[-4000:]
-    after = cluster.daemon_pids()
+    after = cluster.daemon_runs()
     print(
         f"\nslurm_member_remove: {run.seconds:.1f} s; hosts touched: {sorted(run.hosts_touched)}; "
         f"daemons restarted or stopped: {sorted(restarted(before, after))}"
@@ -374,7 +369,7 @@ def test_a_converge_refuses_a_removed_worker_left_in_the_inventory_until_member_
     """The operator trap: w3 was removed, but the inventory still lists it in slurm_workers. A deploy
     (or reconfigure) would silently join it again; the controller's node registry remembers it was
     removed, so the converge refuses before any host changes. Adding it back is an explicit member_add."""
-    before = cluster.daemon_pids()
+    before = cluster.daemon_runs()
     cluster.workers = ["w1", "w2", "w3"]
     refused = cluster.playbook("slurm_deploy")
     assert refused.rc != 0
@@ -382,7 +377,7 @@ def test_a_converge_refuses_a_removed_worker_left_in_the_inventory_until_member_
     assert "Workers removed from this cluster are still in group slurm_workers: w3 (node w3)." in said, said[-3000:]
     assert "add them back with gpuaas.apps.slurm_member_add -e slurm_members=w3" in said
     assert set(refused.changed.values()) == {0}, refused.changed
-    assert restarted(before, cluster.daemon_pids()) == set()
+    assert restarted(before, cluster.daemon_runs()) == set()
     assert set(cluster.node_states()) == {"w1", "w2"}
     assert cluster.sh("w3", "pgrep -x slurmd || true") == ""
 
@@ -475,11 +470,11 @@ def test_a_reconfigure_with_no_worker_to_reach_runs_on_the_controller_alone(clus
 def test_replace_joins_the_new_worker_before_draining_the_old(cluster):
     job = cluster.sh("ctl", "sbatch --parsable -w w1 --output=/dev/null --wrap 'sleep 10'")
     assert cluster.wait_node_state("w1", {"alloc", "mix"}) in {"alloc", "mix"}
-    before = cluster.daemon_pids()
+    before = cluster.daemon_runs()
     cluster.workers = ["w1", "w2", "w4"]
     run = cluster.playbook("slurm_member_replace", slurm_member_old="w1", slurm_member_new="w4")
     assert run.rc == 0, run.output[-4000:]
-    after = cluster.daemon_pids()
+    after = cluster.daemon_runs()
     print(
         f"\nslurm_member_replace: {run.seconds:.1f} s; hosts touched: {sorted(run.hosts_touched)}; "
         f"daemons restarted, started or stopped: {sorted(restarted(before, after))}"
