@@ -34,8 +34,8 @@ def test_an_unsupported_distribution_is_refused_naming_it(tmp_path, this_os):
     assert "Nothing has been changed on any host." in flat
 
 
-def test_debian_12_is_the_default(tmp_path, this_os):
+def test_debian_12_and_13_are_the_default(tmp_path, this_os):
     rc, output = check(tmp_path)
-    assert (rc == 0) == (this_os == ("Debian", "12")), output[-3000:]
+    assert (rc == 0) == (this_os in {("Debian", "12"), ("Debian", "13")}), output[-3000:]
     if rc:
-        assert "they support Debian 12" in " ".join(output.split())
+        assert "they support Debian 12, Debian 13" in " ".join(output.split())
