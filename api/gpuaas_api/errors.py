@@ -48,6 +48,8 @@ ERROR_CODES: dict[str, int] = {
     "reference_not_pinned": 422, "illegal_transition": 422, "unknown_state": 422, "workload_artifact_kind": 422,
     "workload_artifact_required": 422, "workload_not_declared": 422, "invalid_parameters": 422,
     "artifact_not_canary": 409,
+    # publishers: a tenant's private app is named <tenant name>-<name>
+    "app_slug_namespace": 422,
     # policy and allocations
     "overlay_widens_policy": 409, "missing_scope": 422, "allocation_in_use": 409, "host_registered_elsewhere": 409,
     # instances
@@ -84,7 +86,8 @@ ErrorCode = Literal[
     "token_lifetime_exceeded", "artifact_in_use", "no_active_version", "artifact_content_missing",
     "artifact_digest_mismatch", "artifact_mismatch", "artifact_retired", "invalid_digest", "reference_not_pinned",
     "illegal_transition", "unknown_state", "workload_artifact_kind", "workload_artifact_required",
-    "workload_not_declared", "invalid_parameters", "artifact_not_canary", "overlay_widens_policy", "missing_scope",
+    "workload_not_declared", "invalid_parameters", "artifact_not_canary", "app_slug_namespace",
+    "overlay_widens_policy", "missing_scope",
     "allocation_in_use", "host_registered_elsewhere", "not_entitled", "policy_denied", "version_not_usable",
     "artifact_not_active", "compatibility_refused", "host_in_use", "host_taken", "no_free_host", "role_at_max",
     "instance_not_operable", "instance_not_deletable", "operation_open", "member_still_live", "allocation.unknown",

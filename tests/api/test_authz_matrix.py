@@ -39,6 +39,7 @@ PA, TA, PADM, PM, SA = "platform_admin", "tenant_admin", "project_admin", "proje
 PROJECT_READERS = {TA, PADM, PM, SA}  # apps.instance.read in project A1
 PROJECT_USERS = {TA, PADM, PM, SA}  # scheduler.queue.* and scheduler.node.read in project A1
 PEOPLE = AUTHENTICATED - {SA, "other_service_account"}  # users: their own SSH keys
+PUBLISHERS = {PA, TA, "other_tenant_admin"}  # apps.content.upload: the platform's and each tenant's admins
 USAGE_WINDOW = {"start": "2026-01-01", "end": "2026-02-01T00:00:00Z"}
 _seq = itertools.count()
 
@@ -101,6 +102,51 @@ class Ctx:
     def fresh_artifact(self) -> str:
         return self.w.call(PA, "POST", "/v1/catalog/apps/slurm/artifacts", 201, json={
             "kind": "oci", "reference": f"registry.example.com/x/{uniq('a')}@{DIGEST}"}).json()["id"]
+
+    def private_app(self) -> str:
+        """Tenant A's private app, published by its tenant admin (who holds the publisher keys in its tenant):
+        a collection build, its artifact and version active, project A1 entitled by the tenant admin."""
+        if "private_app" not in self.ids:
+            slug, (digest, data) = "tenant-a-matrix", self.fresh_content()
+            self.w.call(TA, "PUT", f"/v1/content/{digest}", 201, content=data)
+            self.w.call(TA, "POST", "/v1/catalog/apps", 201, json={
+                "slug": slug, "display_name": "Private", "runtime_backend": "bare_metal",
+                "tenant_id": self.ids["tenant_a"]})
+            artifact = self.w.call(TA, "POST", f"/v1/catalog/apps/{slug}/artifacts", 201, json={
+                "kind": "collection", "reference": f"collections/a.matrix:1.0.0@{digest}"}).json()["id"]
+            for target in ("staged", "canary", "active"):
+                self.w.call(TA, "POST", f"/v1/catalog/artifacts/{artifact}/transitions", 200,
+                            json={"to": target, "reason": "matrix"})
+            self.w.call(TA, "POST", f"/v1/catalog/apps/{slug}/versions", 201, json={
+                "version": "1.0.0", "artifact_id": artifact, "compatibility": SLURM_COMPAT, "adapter": SLURM_ADAPTER})
+            self.w.call(TA, "POST", f"/v1/catalog/apps/{slug}/versions/1.0.0/transitions", 200,
+                        json={"to": "active", "reason": "matrix"})
+            self.w.call(TA, "POST", f"/v1/projects/{self.ids['project_a1']}/entitlements", 201,
+                        json={"app_slug": slug})
+            self.ids["private_app"], self.ids["private_artifact"] = slug, artifact
+        return self.ids["private_app"]
+
+    def private_artifact(self) -> str:
+        self.private_app()
+        return self.ids["private_artifact"]
+
+    def fresh_private_app(self) -> str:
+        slug = uniq("tenant-a-app")
+        self.sql("""INSERT INTO app_manifests (slug, display_name, runtime_backend, operating_modes, tenant_id)
+                    VALUES (%s, %s, 'oci', '{tenant_dedicated}', %s) RETURNING slug""",
+                 (slug, slug, self.ids["tenant_a"]))
+        return slug
+
+    def fresh_private_artifact(self) -> str:
+        return self.w.call(TA, "POST", f"/v1/catalog/apps/{self.private_app()}/artifacts", 201, json={
+            "kind": "oci", "reference": f"registry.example.com/a/{uniq('a')}@{DIGEST}"}).json()["id"]
+
+    def fresh_private_version(self) -> str:
+        version = uniq("2.0")
+        self.w.call(TA, "POST", f"/v1/catalog/apps/{self.private_app()}/versions", 201, json={
+            "version": version, "artifact_id": self.private_artifact(), "compatibility": SLURM_COMPAT,
+            "adapter": SLURM_ADAPTER})
+        return version
 
     def fresh_version(self) -> str:
         version = uniq("2.0")
@@ -266,12 +312,21 @@ class Case:
     route: tuple[str, str]  # (method, path template) as registered in the app
     allowed: set[str]
     build: Callable[[Ctx, str], Request]
-    scope: str  # what owns the target: platform (nothing), tenant (A) or project (A1)
+    scope: str  # what owns the target: platform (nothing), tenant (A), project (A1), or tenant A's private app
+    note: str = ""  # tells apart two cases of one route
 
 
-# Who cannot see a target owned at each scope (they are denied with 404, everyone else with 403).
+# Who cannot see a target owned at each scope (they are denied with 404, everyone else with 403). Tenant A's private
+# app is unseen outside its tenant, the platform admin's view included (tenant data: break-glass).
 BLIND = {"platform": set(), "tenant": {"other_tenant_admin"},
          "project": {"other_tenant_admin", "other_project_admin", "other_project_member", "other_service_account"}}
+BLIND |= {"private_app": BLIND["tenant"] | {PA}, "private_app_in_project": BLIND["project"] | {PA}}
+
+
+def private(method: str, path: str, allowed: set[str], build: Callable[[Ctx, str], Request],
+            scope: str = "private_app") -> Case:
+    """A case of a route on tenant A's private app (catalog/scope.py)."""
+    return Case((method, path), allowed, build, scope, " (tenant A's private app)")
 TENANT_ROUTES = ("/v1/tenants/{tenant_id}", "/v1/users/", "/v1/tokens/")
 PROJECT_ROUTES = ("/v1/projects/", "/v1/instances/", "/v1/operations/", "/v1/allocations", "/v1/role-bindings",
                   "/v1/policy/", "/v1/audit")
@@ -369,6 +424,46 @@ CASES: list[Case] = [
     c("POST", "/v1/catalog/apps/{slug}/versions/{version}/transitions", {PA}, lambda x, a: (
         "POST", f"/v1/catalog/apps/slurm/versions/{x.fresh_version()}/transitions",
         {"json": {"to": "active", "reason": "publish"}})),
+    # tenant A's private catalog: its tenant admin publishes (a tenant publisher), everyone in the tenant reads
+    Case(("POST", "/v1/catalog/apps"), {TA}, lambda x, a: ("POST", "/v1/catalog/apps", {"json": {
+        "slug": uniq("tenant-a-app"), "display_name": "App", "runtime_backend": "oci",
+        "tenant_id": x.ids["tenant_a"]}}), "tenant", " (tenant A's private app)"),
+    private("GET", "/v1/catalog/apps/{slug}", AUTHENTICATED - {PA, "other_tenant_admin"},
+            lambda x, a: ("GET", f"/v1/catalog/apps/{x.private_app()}", {})),
+    private("GET", "/v1/catalog/apps/{slug}/artifacts", AUTHENTICATED - {PA, "other_tenant_admin"},
+            lambda x, a: ("GET", f"/v1/catalog/apps/{x.private_app()}/artifacts", {})),
+    private("GET", "/v1/catalog/artifacts/{artifact_id}", AUTHENTICATED - {PA, "other_tenant_admin"},
+            lambda x, a: ("GET", f"/v1/catalog/artifacts/{x.private_artifact()}", {})),
+    private("GET", "/v1/catalog/apps/{slug}/versions", AUTHENTICATED - {PA, "other_tenant_admin"},
+            lambda x, a: ("GET", f"/v1/catalog/apps/{x.private_app()}/versions", {})),
+    private("GET", "/v1/catalog/apps/{slug}/versions/{version}", AUTHENTICATED - {PA, "other_tenant_admin"},
+            lambda x, a: ("GET", f"/v1/catalog/apps/{x.private_app()}/versions/1.0.0", {})),
+    private("POST", "/v1/catalog/apps/{slug}/artifacts", {TA}, lambda x, a: (
+        "POST", f"/v1/catalog/apps/{x.private_app()}/artifacts",
+        {"json": {"kind": "oci", "reference": f"registry.example.com/a/{uniq('r')}@{DIGEST}"}})),
+    private("POST", "/v1/catalog/artifacts/{artifact_id}/transitions", {TA}, lambda x, a: (
+        "POST", f"/v1/catalog/artifacts/{x.fresh_private_artifact()}/transitions",
+        {"json": {"to": "staged", "reason": "ok"}})),
+    private("POST", "/v1/catalog/apps/{slug}/versions", {TA}, lambda x, a: (
+        "POST", f"/v1/catalog/apps/{x.private_app()}/versions", {"json": {
+            "version": uniq("3.0"), "artifact_id": x.private_artifact(), "compatibility": SLURM_COMPAT,
+            "adapter": SLURM_ADAPTER}})),
+    private("POST", "/v1/catalog/apps/{slug}/versions/{version}/transitions", {TA}, lambda x, a: (
+        "POST", f"/v1/catalog/apps/{x.private_app()}/versions/{x.fresh_private_version()}/transitions",
+        {"json": {"to": "active", "reason": "publish"}})),
+    # which of tenant A's projects use its private apps: its tenant admin's call (platform apps: the platform admin's)
+    private("POST", "/v1/projects/{project_id}/entitlements", {TA}, lambda x, a: (
+        "POST", f"/v1/projects/{x.ids['project_a1']}/entitlements", {"json": {"app_slug": x.fresh_private_app()}}),
+        "private_app_in_project"),
+    private("DELETE", "/v1/projects/{project_id}/entitlements/{app_slug}", {TA}, lambda x, a: (
+        "DELETE", "/v1/projects/{p}/entitlements/{s}".format(p=x.ids["project_a1"], s=x.sql(
+            "INSERT INTO entitlements (tenant_id, project_id, app_slug) VALUES (%s, %s, %s) RETURNING app_slug",
+            (x.ids["tenant_a"], x.ids["project_a1"], x.fresh_private_app()))["app_slug"]), {}),
+        "private_app_in_project"),
+    private("POST", "/v1/projects/{project_id}/instances", {TA, PADM, SA}, lambda x, a: (
+        "POST", f"/v1/projects/{x.ids['project_a1']}/instances", {"json": {
+            "name": uniq("i"), "app_slug": x.private_app(), "allocation_ids": [x.ids[x.fresh_allocation()]]}}),
+        "project"),
     # entitlements and policy
     c("POST", "/v1/projects/{project_id}/entitlements", {PA}, lambda x, a: (
         "POST", f"/v1/projects/{x.ids['project_a1']}/entitlements", {"json": {"app_slug": x.fresh_app()}})),
@@ -520,11 +615,12 @@ CASES: list[Case] = [
     # audit
     c("GET", "/v1/audit", {PA, TA, PADM},
       lambda x, a: ("GET", "/v1/audit", {"params": {"project_id": x.ids["project_a1"]}})),
-    # content store
-    c("PUT", "/v1/content/{digest}", {PA},
+    # content store (addressed by digest alone): publishers, the platform's and every tenant's (their tenant admins)
+    c("PUT", "/v1/content/{digest}", PUBLISHERS,
       lambda x, a: (lambda digest, data: ("PUT", f"/v1/content/{digest}", {"content": data}))(*x.fresh_content())),
-    c("GET", "/v1/content/{digest}", {PA}, lambda x, a: ("GET", f"/v1/content/{x.stored_content()}", {})),
-    c("HEAD", "/v1/content/{digest}", {PA}, lambda x, a: ("HEAD", f"/v1/content/{x.stored_content()}", {})),
+    c("GET", "/v1/content/{digest}", PUBLISHERS, lambda x, a: ("GET", f"/v1/content/{x.stored_content()}", {})),
+    c("HEAD", "/v1/content/{digest}", PUBLISHERS,
+      lambda x, a: ("HEAD", f"/v1/content/{x.stored_content()}", {})),
     # registry token service (the token route itself takes pull credentials, not API tokens:
     # tests/api/test_registry_tokens.py)
     c("GET", "/v1/registry/certificate", {PA}, lambda x, a: ("GET", "/v1/registry/certificate", {})),
@@ -565,7 +661,7 @@ def test_every_route_has_a_case():
     assert covered - registered == set(), "cases for routes that do not exist"
 
 
-@pytest.mark.parametrize("case", CASES, ids=lambda case: f"{case.route[0]} {case.route[1]}")
+@pytest.mark.parametrize("case", CASES, ids=lambda case: f"{case.route[0]} {case.route[1]}{case.note}")
 def test_authorization_matrix(ctx: Ctx, case: Case):
     wrong = []
     for actor in ACTORS:

@@ -79,12 +79,15 @@ def test_upload_download_round_trip_is_audited_and_idempotent(world, store):
 
     (audit,) = upload_audits(world, digest)
     assert audit["actor_kind"] == "user" and audit["target_kind"] == "content"
-    assert audit["after"] == {"digest": digest, "size": len(data)}
+    publisher = {"kind": "user", "id": audit["actor_id"], "name": "root@platform.example"}
+    assert audit["after"] == {"digest": digest, "size": len(data), "created": True, "publisher": publisher,
+                              "catalog": "platform", "tenant_id": None}
 
     again = world.call("platform_admin", "PUT", url, 200, content=data).json()
     assert again == {"digest": digest, "size": len(data), "created": False}
     assert blobs(store) == [parse_digest(digest)]
-    assert len(upload_audits(world, digest)) == 1  # nothing new was written, so nothing new is audited
+    # nothing new was stored, but every publication is audited: who uploaded what
+    assert [a["after"]["created"] for a in upload_audits(world, digest)] == [False, True]
 
 
 def test_bytes_that_do_not_hash_to_the_digest_are_refused_and_not_stored(world, store):
@@ -122,7 +125,8 @@ def test_uploads_over_the_content_limit_are_refused(world, store, app):
     world.call("platform_admin", "PUT", f"/v1/content/{digest_of(exact)}", 201, content=exact)
 
 
-@pytest.mark.parametrize("actor,status", [("anonymous", 401), ("tenant_admin", 403), ("project_admin", 403),
+# Tenant admins publish their tenant's private apps, so they upload too (tests/api/test_catalog_publishers.py).
+@pytest.mark.parametrize("actor,status", [("anonymous", 401), ("project_admin", 403),
                                           ("project_member", 403), ("service_account", 403)])
 def test_only_catalog_writers_reach_content(world, store, actor, status):
     data = b"a collection build"

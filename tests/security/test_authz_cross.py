@@ -13,17 +13,20 @@ import re
 import pytest
 from api.conftest import shared  # noqa: F401 - the module-scoped world on its own database
 from api.test_authz_matrix import ssh_public_key
-from api.world import ACTORS, create_instance
+from api.world import ACTORS, DIGEST, SLURM_ADAPTER, SLURM_COMPAT, create_instance
 from gpuaas_api import db as dbmod
 from gpuaas_api.app import create_app
 
 _seq = itertools.count()
-# Path parameters that name something a tenant owns; catalog parameters (slug, version) do not.
+# Path parameters that name something a tenant owns; catalog parameters (slug, version, artifact_id) do so only on the
+# tenant side, where they name tenant B's private app (PRIVATE_PARAMS).
+PRIVATE_PARAMS = {"slug", "artifact_id"}
 SCOPED_PARAMS = {"tenant_id", "project_id", "user_id", "token_id", "sa_id", "binding_id", "instance_id",
                  "member_id", "operation_id", "allocation_id", "overlay_id", "key_id", "grant_id"}
 # Routes that take the tenant's ids in the query or body instead of the path.
 SCOPED_ROUTES = {("POST", "/v1/role-bindings"), ("GET", "/v1/role-bindings"), ("POST", "/v1/policy/overlays"),
-                 ("GET", "/v1/policy/overlays"), ("GET", "/v1/audit"), ("POST", "/v1/allocations")}
+                 ("GET", "/v1/policy/overlays"), ("GET", "/v1/audit"), ("POST", "/v1/allocations"),
+                 ("POST", "/v1/catalog/apps")}
 BREAK_GLASS = {"X-Break-Glass-Reason": "authorization probe run"}
 
 
@@ -42,6 +45,13 @@ def _request(method: str, path: str, t: dict) -> tuple[str, dict]:
         ("POST", "/v1/role-bindings"): {"principal_kind": "user", "principal_id": t["user_id"],
                                         "role": "project_member", "project_id": t["project_id"]},
         ("POST", "/v1/projects/{project_id}/entitlements"): {"app_slug": "slurm"},
+        ("POST", "/v1/catalog/apps"): {"slug": f"probe-{n}", "display_name": "probe", "runtime_backend": "oci",
+                                       "tenant_id": t["tenant_id"]},
+        ("POST", "/v1/catalog/apps/{slug}/artifacts"): {"kind": "oci", "reference": f"probe.example.com/p@{DIGEST}"},
+        ("POST", "/v1/catalog/apps/{slug}/versions"): {"version": f"9.{n}.0", "artifact_id": t["artifact_id"],
+                                                       "compatibility": SLURM_COMPAT, "adapter": SLURM_ADAPTER},
+        ("POST", "/v1/catalog/artifacts/{artifact_id}/transitions"): {"to": "deprecated", "reason": "probe"},
+        ("POST", "/v1/catalog/apps/{slug}/versions/{version}/transitions"): {"to": "deprecated", "reason": "probe"},
         ("POST", "/v1/policy/overlays"): {"scope_kind": "project", "project_id": t["project_id"],
                                           "dimension": "region", "effect": "deny", "values": ["x"]},
         ("POST", "/v1/allocations"): {"project_id": t["project_id"], "name": f"probe-{n}",
@@ -81,7 +91,22 @@ def _targets(w, database, side: str) -> tuple[dict, set[str]]:
     admins would."""
     pa = "platform_admin"
     grant = "6f1c5a43-9d2e-4b8a-8e1f-3c2d1b0a9f87"  # no shared runtime on the other project's side
+    version = w.call(pa, "GET", "/v1/catalog/apps/slurm/versions/1.0.0", 200).json()
+    app, artifact, private = "slurm", version["artifact_id"], set()
     if side == "tenant":
+        # Tenant B's private app (its admin publishes it): the catalog routes are probed on it.
+        app, admin = "tenant-b-private", "other_tenant_admin"
+        w.call(admin, "POST", "/v1/catalog/apps", 201, json={"slug": app, "display_name": "tenant-b-secret-app",
+                                                             "runtime_backend": "oci", "tenant_id": w.ids["tenant_b"]})
+        artifact = w.call(admin, "POST", f"/v1/catalog/apps/{app}/artifacts", 201, json={
+            "kind": "oci", "reference": f"registry.example.com/tenant-b-secret-repo@{DIGEST}"}).json()["id"]
+        for target in ("staged", "canary", "active"):
+            w.call(admin, "POST", f"/v1/catalog/artifacts/{artifact}/transitions", 200,
+                   json={"to": target, "reason": "b"})
+        own = w.call(admin, "POST", f"/v1/catalog/apps/{app}/versions", 201, json={
+            "version": "1.0.0", "artifact_id": artifact, "compatibility": SLURM_COMPAT,
+            "adapter": SLURM_ADAPTER}).json()
+        private = {app, artifact, own["id"], "tenant-b-secret-app", "tenant-b-secret-repo"}
         # Tenant B's instance is its shared runtime, with a second project attached and a real grant: every
         # tenant-shared route is probed on one that exists.
         admin, tenant, project, alloc = "other_tenant_admin", "tenant_b", "project_b1", "alloc_b1"
@@ -108,19 +133,18 @@ def _targets(w, database, side: str) -> tuple[dict, set[str]]:
     binding = next(b["id"] for b in bindings if b["principal_id"] == user)
     with database.transaction() as conn:
         token = conn.execute("SELECT id FROM api_tokens WHERE principal_id = %s LIMIT 1", (user,)).fetchone()["id"]
-    version = w.call(pa, "GET", "/v1/catalog/apps/slurm/versions/1.0.0", 200).json()
     key = w.call(admin, "POST", "/v1/me/ssh-keys", 201, json={"name": f"{side}-key", "public_key": ssh_public_key()})
     t = {"tenant_id": w.ids[tenant], "project_id": w.ids[project], "user_id": user, "token_id": token, "sa_id": sa,
          "binding_id": binding, "instance_id": instance, "member_id": member, "operation_id": operation,
-         "allocation_id": w.ids[alloc], "overlay_id": overlay, "slug": "slurm", "app_slug": "slurm",
-         "version": "1.0.0", "version_id": version["id"], "artifact_id": version["artifact_id"],
+         "allocation_id": w.ids[alloc], "overlay_id": overlay, "slug": app, "app_slug": "slurm",
+         "version": "1.0.0", "version_id": version["id"], "artifact_id": artifact,
          "digest": "sha256:" + "ab" * 32, "name": "admin", "job_id": "4711", "key_id": key.json()["id"],
          "grant_id": grant}
     secrets = {str(t[k]) for k in SCOPED_PARAMS if k != "tenant_id" or side == "tenant"}
     for path in (f"/v1/instances/{instance}", f"/v1/users/{user}"):
         body = w.call(pa if "users" in path else admin, "GET", path, 200).json()
         secrets |= {body.get("name") or body["email"]}
-    return t, secrets | {f"{side}-secret-sku"}
+    return t, secrets | {f"{side}-secret-sku"} | private
 
 
 # Who is foreign to each side: everyone who holds no binding over it.
@@ -139,7 +163,9 @@ def test_foreign_ids_never_get_through(shared, side, capsys, record_property):  
         url, kwargs = _request(method, path, t)
         response = w.call(actor, method, url, **kwargs)
         probes += 1
-        scoped = bool(SCOPED_PARAMS & set(re.findall(r"{(\w+)}", path))) or (method, path) in SCOPED_ROUTES
+        params = set(re.findall(r"{(\w+)}", path))
+        scoped = (bool(SCOPED_PARAMS & params) or (method, path) in SCOPED_ROUTES
+                  or (side == "tenant" and bool(PRIVATE_PARAMS & params)))
         asked = url + json.dumps(kwargs)
         leaked = [s for s in secrets if s in response.text and s not in asked]
         if response.status_code >= 500:

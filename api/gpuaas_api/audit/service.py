@@ -139,13 +139,15 @@ def list_audit(conn: psycopg.Connection, *, tenant_id: UUID | None, project_id: 
                before: int | None, limit: int, filters: dict[str, Any],
                platform_only: bool = False) -> tuple[list[dict], str | None]:
     """Newest first, keyset-paginated on id. platform_only: only the platform's own rows (no tenant
-    context, break-glass, or an action by a current platform principal); the rest is tenant data:
+    context, break-glass, or an action by a current platform principal outside any tenant; a tenant's user with
+    a platform binding, a platform publisher, acts in its tenant as one of the tenant's); the rest is tenant data:
     what tenants asked for, and what the workers did for them."""
     rows = conn.execute(
         """SELECT * FROM audit_log
             WHERE (NOT %(platform_only)s OR tenant_id IS NULL OR break_glass
-                   OR (actor_kind, actor_id) IN (SELECT principal_kind, principal_id FROM role_bindings
-                                                  WHERE scope_kind = 'platform'))
+                   OR (actor_kind, actor_id) IN (SELECT 'user', b.principal_id FROM role_bindings b
+                                                   JOIN users u ON u.id = b.principal_id AND u.tenant_id IS NULL
+                                                  WHERE b.scope_kind = 'platform' AND b.principal_kind = 'user'))
               AND (%(tenant)s::uuid IS NULL OR tenant_id = %(tenant)s)
               AND (%(project)s::uuid IS NULL OR project_id = %(project)s)
               AND (%(before)s::bigint IS NULL OR id < %(before)s)

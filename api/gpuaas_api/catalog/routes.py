@@ -6,13 +6,14 @@ from uuid import UUID
 from fastapi import Path, Query, Request
 
 from .. import docs, errors
-from ..common import Page, Slug, decode_cursor, keyset_page, page_of
+from ..common import Page, Slug, decode_cursor, page_of
 from ..content.routes import content_store
 from ..content.store import InvalidDigest
 from ..deps import DB, Caller, CursorParam, LimitParam, router
 from ..errors import unprocessable
+from ..iam.service import get_tenant
 from ..location import LocatedRoute
-from . import service
+from . import scope, service
 from .schemas import (
     App,
     AppCreate,
@@ -36,20 +37,29 @@ VersionPath = Annotated[VersionString, Path()]
           openapi_extra=docs.example({'slug': 'hpc-cluster',
                                       'display_name': 'HPC cluster',
                                       'description': 'A batch scheduler with compute nodes',
-                                      'runtime_backend': 'bare_metal'}))
+                                      'runtime_backend': 'bare_metal'}),
+          responses=errors.responses("app_slug_namespace"))
 def create_app(body: AppCreate, caller: Caller, db: DB):
-    """Register an app in the catalog (catalog administrators)."""
-    caller.require("apps.catalog.write")
+    """Register an app in the platform catalog (platform publishers), or with `tenant_id` as a private app of
+    that tenant (its publishers), which only the tenant sees and uses."""
     with db.transaction() as conn:
+        tenant = get_tenant(conn, body.tenant_id) if body.tenant_id else None
+        scope.require_publish(caller, body.tenant_id)
+        scope.check_slug(body.slug, tenant)
         return service.create_app(conn, caller, body)
 
 
 @api.get("/v1/catalog/apps", operation_id="catalog_apps_list", response_model=Page[App])
 def list_apps(caller: Caller, db: DB, cursor: CursorParam = None, limit: LimitParam = 50):
-    """The catalog's apps, newest first."""
+    """The catalog's apps the caller sees (the platform's, and its own tenant's private ones), oldest first."""
     caller.require_anywhere("apps.catalog.read")
     with db.transaction() as conn:
-        return keyset_page(conn, "app_manifests", cursor, limit)
+        rows = conn.execute(
+            """SELECT * FROM app_manifests WHERE (tenant_id IS NULL OR tenant_id = %s) AND seq > %s
+               ORDER BY seq LIMIT %s""",
+            (caller.tenant_id, decode_cursor(cursor) or 0, limit + 1)).fetchall()
+    items, nxt = page_of(rows, limit)
+    return {"items": items, "next_cursor": nxt}
 
 
 @api.get("/v1/catalog/apps/{slug}", operation_id="catalog_apps_get", response_model=App)
@@ -57,7 +67,7 @@ def get_app(slug: SlugPath, caller: Caller, db: DB):
     """One catalog app by slug."""
     caller.require_anywhere("apps.catalog.read")
     with db.transaction() as conn:
-        return service.get_app(conn, slug)
+        return scope.app_for(conn, caller, slug)
 
 
 @api.post("/v1/catalog/apps/{slug}/artifacts", operation_id="catalog_artifacts_create",
@@ -68,8 +78,10 @@ def get_app(slug: SlugPath, caller: Caller, db: DB):
                                      "invalid_reference"),
           response_model=Artifact, status_code=201)
 def create_artifact(slug: SlugPath, body: ArtifactCreate, caller: Caller, db: DB, request: Request):
-    """Register a signed artifact (a collection build) of an app; it starts in the pending state until verified."""
-    caller.require("apps.catalog.write")
+    """Register a signed artifact (a collection build) of an app, in the app's catalog (its publishers); it starts
+    in the draft state until verified."""
+    with db.transaction() as conn:
+        scope.require_publish(caller, scope.app_for(conn, caller, slug)["tenant_id"])
     if body.kind == "collection":
         # A collection artifact is runnable content: its build must be in the content store first.
         digest = body.reference.rpartition("@")[2]
@@ -80,7 +92,7 @@ def create_artifact(slug: SlugPath, body: ArtifactCreate, caller: Caller, db: DB
                                 reference=body.reference) from None
         if not stored:
             raise unprocessable("artifact_content_missing", f"the content store has no {digest}: upload the "
-                                "collection build first (PUT /v1/content/{digest}, or gpuaas apps register)",
+                                "collection build first (PUT /v1/content/{digest}, or gpuaas apps publish)",
                                 digest=digest)
     with db.transaction() as conn:
         return service.create_artifact(conn, caller, slug, body.kind, body.reference, body.signer_public_key)
@@ -90,10 +102,10 @@ def create_artifact(slug: SlugPath, body: ArtifactCreate, caller: Caller, db: DB
 def list_artifacts(slug: SlugPath, caller: Caller, db: DB,
                    status: Annotated[ArtifactStatus | None, Query()] = None,
                    cursor: CursorParam = None, limit: LimitParam = 50):
-    """The app's artifacts, newest first, optionally by state."""
+    """The app's artifacts, oldest first, optionally by state."""
     caller.require_anywhere("apps.catalog.read")
     with db.transaction() as conn:
-        service.get_app(conn, slug)
+        scope.app_for(conn, caller, slug)
         rows = conn.execute(
             """SELECT * FROM artifacts WHERE app_slug = %s AND (%s::text IS NULL OR status = %s) AND seq > %s
                ORDER BY seq LIMIT %s""",
@@ -108,7 +120,7 @@ def get_artifact(artifact_id: UUID, caller: Caller, db: DB):
     """One artifact."""
     caller.require_anywhere("apps.catalog.read")
     with db.transaction() as conn:
-        return service.get_artifact(conn, artifact_id)
+        return scope.artifact_for(conn, caller, artifact_id)
 
 
 @api.post("/v1/catalog/artifacts/{artifact_id}/transitions", operation_id="catalog_artifacts_transition",
@@ -117,9 +129,9 @@ def get_artifact(artifact_id: UUID, caller: Caller, db: DB):
           response_model=Artifact)
 def transition_artifact(artifact_id: UUID, body: ArtifactTransition, caller: Caller, db: DB):
     """Move an artifact through draft → staged → canary → active → deprecated → retired (canary → staged
-    rolls back). Audited with actor, before, after and reason."""
-    caller.require("apps.catalog.write")
+    rolls back). The app's publishers; audited with actor, before, after, reason and digest."""
     with db.transaction() as conn:
+        scope.require_publish(caller, scope.artifact_for(conn, caller, artifact_id)["app_tenant_id"])
         return service.transition_artifact(conn, caller, artifact_id, body.to, body.reason)
 
 
@@ -136,18 +148,19 @@ def transition_artifact(artifact_id: UUID, body: ArtifactTransition, caller: Cal
                                      "workload_artifact_required", "workload_not_declared", "invalid_parameters"),
           response_model=Version, status_code=201)
 def create_version(slug: SlugPath, body: VersionCreate, caller: Caller, db: DB):
-    """Publish a version of an app: its adapter spec, the artifact it runs, and its parameters schema."""
-    caller.require("apps.catalog.write")
+    """Publish a version of an app (the app's publishers): its adapter spec, the artifact it runs, and its
+    parameters schema."""
     with db.transaction() as conn:
+        scope.require_publish(caller, scope.app_for(conn, caller, slug)["tenant_id"])
         return service.create_version(conn, caller, slug, body)
 
 
 @api.get("/v1/catalog/apps/{slug}/versions", operation_id="catalog_versions_list", response_model=Page[Version])
 def list_versions(slug: SlugPath, caller: Caller, db: DB, cursor: CursorParam = None, limit: LimitParam = 50):
-    """The app's versions, newest first."""
+    """The app's versions, oldest first."""
     caller.require_anywhere("apps.catalog.read")
     with db.transaction() as conn:
-        service.get_app(conn, slug)
+        scope.app_for(conn, caller, slug)
         rows = conn.execute(service.VERSION_SELECT + " WHERE v.app_slug = %s AND v.seq > %s ORDER BY v.seq LIMIT %s",
                             (slug, decode_cursor(cursor) or 0, limit + 1)).fetchall()
     items, nxt = page_of(rows, limit)
@@ -159,6 +172,7 @@ def get_version(slug: SlugPath, version: VersionPath, caller: Caller, db: DB):
     """One version of an app."""
     caller.require_anywhere("apps.catalog.read")
     with db.transaction() as conn:
+        scope.app_for(conn, caller, slug)
         return service.get_version(conn, slug, version)
 
 
@@ -168,7 +182,8 @@ def get_version(slug: SlugPath, version: VersionPath, caller: Caller, db: DB):
                                      "artifact_not_active", "artifact_not_canary"),
           response_model=Version)
 def transition_version(slug: SlugPath, version: VersionPath, body: VersionTransition, caller: Caller, db: DB):
-    """Publish (draft → active, only while the artifact is active) or deprecate a version. Audited."""
-    caller.require("apps.catalog.write")
+    """Publish (draft → active, only while the artifact is active) or deprecate a version (the app's
+    publishers). Audited."""
     with db.transaction() as conn:
+        scope.require_publish(caller, scope.app_for(conn, caller, slug)["tenant_id"])
         return service.transition_version(conn, caller, slug, version, body.to, body.reason)

@@ -42,11 +42,17 @@ class Strict(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
 
-AppCreate = AppInfo  # an app as the catalog creates it, and as a descriptor file names it
+class AppCreate(AppInfo):
+    """An app as the catalog creates it: what a descriptor file names, and the catalog it goes into."""
+    tenant_id: UUID | None = Field(default=None, description="the tenant whose private app this is, seen and used "
+                                   "only inside it (its slug starts with the tenant's name and a dash); absent: "
+                                   "the platform catalog")
 
 
 class App(BaseModel):
     slug: str
+    tenant_id: UUID | None = Field(default=None, description="the tenant whose private app this is; null: a "
+                                   "platform app")
     display_name: str
     description: str
     runtime_backend: str

@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import hashlib
+import json
+from typing import Any
 from uuid import UUID
 
 import psycopg
@@ -17,10 +20,34 @@ SELECT v.*, a.reference AS artifact_reference, a.status AS artifact_status, a.re
        a.kind AS artifact_kind, a.digest AS artifact_digest,
        w.reference AS workload_artifact_reference, w.status AS workload_artifact_status,
        w.registry AS workload_artifact_registry, w.repository AS workload_artifact_repository,
-       w.digest AS workload_artifact_digest, w.signer_public_key AS workload_signer_public_key
+       w.digest AS workload_artifact_digest, w.signer_public_key AS workload_signer_public_key,
+       m.tenant_id AS app_tenant_id
   FROM app_versions v JOIN artifacts a ON a.id = v.artifact_id
+  JOIN app_manifests m ON m.slug = v.app_slug
   LEFT JOIN artifacts w ON w.id = v.workload_artifact_id
 """
+# An artifact with the tenant whose private catalog its app is in (NULL: the platform catalog; catalog/scope.py).
+ARTIFACT_SELECT = ("SELECT a.*, m.tenant_id AS app_tenant_id"
+                   " FROM artifacts a JOIN app_manifests m ON m.slug = a.app_slug")
+
+
+def digest_of(value: Any) -> str:
+    """The sha256 of a JSON value in canonical form (sorted keys, no spaces): what a publication registered."""
+    text = json.dumps(value, sort_keys=True, separators=(",", ":"), default=str)
+    return "sha256:" + hashlib.sha256(text.encode()).hexdigest()
+
+
+def publication(actor: Principal, tenant_id: UUID | None, digest: str, **more: Any) -> dict:
+    """What the audit row of a publication records besides its actor columns: the publisher, the catalog it
+    published to (tenant_id: a tenant's private one), and the digest of the content it pins."""
+    return {"publisher": {"kind": actor.kind, "id": actor.id, "name": actor.name},
+            "catalog": "platform" if tenant_id is None else "tenant", "tenant_id": tenant_id, "digest": digest,
+            **more}
+
+
+def _context(slug: str, tenant_id: UUID | None) -> dict:
+    """The audit context of a catalog change: a private app's rows are its tenant's."""
+    return {"app_slug": slug, "tenant_id": tenant_id}
 
 
 def version_artifacts(version: dict) -> list[tuple[str, str]]:
@@ -48,7 +75,7 @@ def get_app(conn: psycopg.Connection, slug: str) -> dict:
 
 
 def get_artifact(conn: psycopg.Connection, artifact_id: UUID, *, lock: bool = False) -> dict:
-    sql = "SELECT * FROM artifacts WHERE id = %s" + (" FOR UPDATE" if lock else "")  # noqa: S608 - constant
+    sql = ARTIFACT_SELECT + " WHERE a.id = %s" + (" FOR UPDATE OF a" if lock else "")  # noqa: S608 - constant
     row = conn.execute(sql, (artifact_id,)).fetchone()
     if row is None:
         raise not_found("artifact", artifact_id)
@@ -79,28 +106,32 @@ def latest_active_version(conn: psycopg.Connection, slug: str) -> dict:
 
 
 def create_app(conn, actor: Principal, body) -> dict:
+    """An app in the platform catalog, or with body.tenant_id in that tenant's private one."""
     row = conn.execute(
-        """INSERT INTO app_manifests (slug, display_name, description, runtime_backend, operating_modes)
-           VALUES (%s, %s, %s, %s, %s) RETURNING *""",
+        """INSERT INTO app_manifests (slug, display_name, description, runtime_backend, operating_modes, tenant_id)
+           VALUES (%s, %s, %s, %s, %s, %s) RETURNING *""",
         (body.slug, body.display_name, body.description, body.runtime_backend,
-         list(dict.fromkeys(body.operating_modes))),
+         list(dict.fromkeys(body.operating_modes)), body.tenant_id),
     ).fetchone()
-    audit.record(conn, actor, "apps.catalog.app.create", "app", row["slug"], after=row,
-                 context={"app_slug": row["slug"]})
+    registered = {k: row[k] for k in ("slug", "display_name", "description", "runtime_backend", "operating_modes")}
+    audit.record(conn, actor, "apps.catalog.app.create", "app", row["slug"],
+                 after=row | publication(actor, row["tenant_id"], digest_of(registered)),
+                 context=_context(row["slug"], row["tenant_id"]))
     return row
 
 
 def create_artifact(conn, actor: Principal, slug: str, kind: str, reference: str,
                     signer_public_key: str | None = None) -> dict:
-    get_app(conn, slug)
+    app = get_app(conn, slug)
     ref = parse_reference(reference)
     row = conn.execute(
         """INSERT INTO artifacts (app_slug, kind, reference, registry, repository, digest, signer_public_key)
            VALUES (%s, %s, %s, %s, %s, %s, %s) RETURNING *""",
         (slug, kind, reference, ref.registry, ref.repository, ref.digest, signer_public_key),
     ).fetchone()
-    audit.record(conn, actor, "apps.catalog.artifact.create", "artifact", row["id"], after=row,
-                 context={"app_slug": slug})
+    audit.record(conn, actor, "apps.catalog.artifact.create", "artifact", row["id"],
+                 after=row | publication(actor, app["tenant_id"], row["digest"]),
+                 context=_context(slug, app["tenant_id"]))
     return row
 
 
@@ -121,9 +152,10 @@ def transition_artifact(conn, actor: Principal, artifact_id: UUID, target: str, 
                            "keeping it as rollback target); cannot retire", instances=users)
     after = conn.execute("UPDATE artifacts SET status = %s, updated_at = now() WHERE id = %s RETURNING *",
                          (target, artifact_id)).fetchone()
+    tenant_id = before["app_tenant_id"]
     audit.record(conn, actor, "apps.catalog.artifact.transition", "artifact", artifact_id,
                  before={"status": before["status"]}, after={"status": target}, reason=reason,
-                 context={"app_slug": before["app_slug"]})
+                 context=_context(before["app_slug"], tenant_id))
     # A version may only stand on artifacts its status allows (rules.VERSION_NEEDS): an active artifact
     # leaving active deprecates the versions on it; a canary one sent back to staged returns its canary
     # versions to draft.
@@ -138,7 +170,7 @@ def transition_artifact(conn, actor: Principal, artifact_id: UUID, target: str, 
             audit.record(conn, actor, "apps.catalog.version.transition", "app_version", version["id"],
                          before={"status": was}, after={"status": now},
                          reason=f"artifact {artifact_id} moved to {target}: {reason}",
-                         context={"app_slug": before["app_slug"]})
+                         context=_context(before["app_slug"], tenant_id))
     return after
 
 
@@ -152,7 +184,7 @@ def _version_artifact(conn, slug: str, artifact_id: UUID, field: str) -> dict:
 
 
 def create_version(conn, actor: Principal, slug: str, body) -> dict:
-    get_app(conn, slug)
+    app = get_app(conn, slug)
     _version_artifact(conn, slug, body.artifact_id, "artifact_id")
     workload = body.adapter.workload
     if workload and body.workload_artifact_id is None:
@@ -176,7 +208,11 @@ def create_version(conn, actor: Principal, slug: str, body) -> dict:
     version = get_version_by_id(conn, row["id"])
     audit.record(conn, actor, "apps.catalog.version.create", "app_version", row["id"],
                  after={"version": body.version, "artifact_id": body.artifact_id,
-                        "workload_artifact_id": body.workload_artifact_id}, context={"app_slug": slug})
+                        "workload_artifact_id": body.workload_artifact_id}
+                 | publication(actor, app["tenant_id"], version["artifact_digest"],
+                               workload_digest=version["workload_artifact_digest"],
+                               adapter_digest=digest_of(version["adapter"])),
+                 context=_context(slug, app["tenant_id"]))
     return version
 
 
@@ -195,5 +231,5 @@ def transition_version(conn, actor: Principal, slug: str, version: str, target: 
     conn.execute("UPDATE app_versions SET status = %s, updated_at = now() WHERE id = %s", (target, before["id"]))
     audit.record(conn, actor, "apps.catalog.version.transition", "app_version", before["id"],
                  before={"status": before["status"]}, after={"status": target}, reason=reason,
-                 context={"app_slug": slug})
+                 context=_context(slug, before["app_tenant_id"]))
     return get_version_by_id(conn, before["id"])

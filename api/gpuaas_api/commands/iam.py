@@ -128,7 +128,7 @@ SERVICE_ACCOUNTS = (
 )
 ROLES = (
     Verb("list", "roles_list", "GET", "/v1/iam/roles", "the built-in roles, their scope and what they are for "
-         "(-o yaml: the permissions of each)", columns=("name", "scope_kind", "principal_kind", "description")),
+         "(-o yaml: the permissions of each)", columns=("name", "scope_kinds", "principal_kinds", "description")),
 )
 BINDINGS = (
     Verb("list", "role_bindings_list", "GET", "/v1/role-bindings", "role bindings: of a project, of a tenant and its "

@@ -14,6 +14,7 @@ from starlette.concurrency import run_in_threadpool
 
 from .. import errors
 from ..audit import service as audit
+from ..catalog.service import publication
 from ..config import OperationSettings
 from ..deps import DB, AppSettings, Caller, router
 from ..location import LocatedRoute
@@ -23,6 +24,8 @@ api = router("content")
 api.route_class = LocatedRoute  # Location on 201/202 (gpuaas_api.location)
 # BodyLimitMiddleware leaves requests under this prefix to these routes, which stream the body.
 STREAMED_PREFIX = "/v1/content/"
+# The store is addressed by digest only: a build is found by whoever knows its sha256, which only its bytes give.
+UPLOAD = "apps.content.upload"
 DigestPath = Annotated[str, Path(pattern=DIGEST_PATTERN, description="sha256:<64 lowercase hex>")]
 _BYTES = {"application/octet-stream": {"schema": {"type": "string", "format": "binary"}}}
 
@@ -57,8 +60,9 @@ def _too_large(max_bytes: int) -> Response:
 async def put_content(digest: DigestPath, request: Request, response: Response, caller: Caller, db: DB,
                       settings: AppSettings):
     """Store a collection tarball (the raw bytes) under its digest: 201 when stored, 200 when it was
-    already there, 422 artifact_digest_mismatch (nothing stored) when the bytes hash to another digest."""
-    caller.require("apps.catalog.write")
+    already there, 422 artifact_digest_mismatch (nothing stored) when the bytes hash to another digest.
+    Publishers (`apps.content.upload`, platform or tenant); every upload is audited with the digest."""
+    caller.require_anywhere(UPLOAD)
     limit = settings.max_content_bytes
     declared = request.headers.get("content-length", "")
     if declared.isdigit() and int(declared) > limit:
@@ -78,16 +82,19 @@ async def put_content(digest: DigestPath, request: Request, response: Response, 
 
 
 def _commit(db, caller, upload, digest: str) -> bool:
+    """Keeps the upload and audits it, also when the store already held the digest: who published what. A
+    platform publisher's row is the platform's, a tenant publisher's its tenant's."""
+    tenant_id = None if caller.permits(UPLOAD, project_id=caller.project_id) else caller.tenant_id
     with db.transaction() as conn:
         created = upload.commit(conn)[1]
-        if created:
-            audit.record(conn, caller, "apps.catalog.content.upload", "content", digest,
-                         after={"digest": digest, "size": upload.size})
+        audit.record(conn, caller, "apps.catalog.content.upload", "content", digest,
+                     after=publication(caller, tenant_id, digest, size=upload.size, created=created),
+                     context={"tenant_id": tenant_id})
     return created
 
 
 def _stored(request: Request, caller, digest: str, read) -> Any:
-    caller.require("apps.catalog.write")
+    caller.require_anywhere(UPLOAD)
     try:
         return read(content_store(request.app), digest)
     except ContentMissing:

@@ -70,14 +70,15 @@ class Principal:
     def sees(self, tenant_id: UUID | None, project_id: UUID | None) -> bool:
         """Whether the caller may learn that something owned by this tenant/project exists: it holds a
         binding there (a tenant binding sees the tenant's projects; a project binding its tenant, not its
-        sibling projects), or, for tenant-level things, it belongs to that tenant."""
+        sibling projects; a platform binding everything, for a principal outside any tenant), or, for
+        tenant-level things, it belongs to that tenant."""
         if tenant_id is None and project_id is None:
             return True
         if project_id is None and tenant_id == self.tenant_id:
             return True
         if self.kind == "service_account":
             return project_id is not None and project_id == self.project_id
-        return any(b.scope_kind == "platform"
+        return any((b.scope_kind == "platform" and self.tenant_id is None)
                    or (b.scope_kind == "tenant" and b.tenant_id == tenant_id)
                    or (b.scope_kind == "project" and (b.project_id == project_id
                                                       or (project_id is None and b.tenant_id == tenant_id)))

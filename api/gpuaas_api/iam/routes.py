@@ -86,7 +86,7 @@ def revoke_my_token(token_id: UUID, caller: Caller, db: DB):
 @api.get("/v1/iam/roles", operation_id="roles_list", response_model=list[RoleInfo])
 def list_roles(caller: Caller):
     """The built-in roles and the permissions each grants."""
-    return [RoleInfo(name=r.name, scope_kind=r.scope_kind, principal_kind=r.principal_kind,
+    return [RoleInfo(name=r.name, scope_kinds=list(r.scope_kinds), principal_kinds=list(r.principal_kinds),
                      description=r.description, permissions=sorted(r.permissions)) for r in ROLES.values()]
 
 

@@ -139,7 +139,7 @@ class Me(BaseModel):
 
 class RoleInfo(BaseModel):
     name: str
-    scope_kind: str
-    principal_kind: str
+    scope_kinds: list[str] = Field(description="where it can be bound: platform, tenant or project")
+    principal_kinds: list[str] = Field(description="to whom: user or service_account")
     description: str
     permissions: list[str]

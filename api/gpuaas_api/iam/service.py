@@ -114,21 +114,23 @@ def token_owner_scope(conn: psycopg.Connection, principal_kind: str, principal_i
     return sa["tenant_id"], sa["project_id"]
 
 
+_SCOPE_HINTS = {"platform": "give no tenant or project", "tenant": "give tenant_id only", "project": "give project_id"}
+
+
 def binding_scope(conn: psycopg.Connection, role: str, tenant_id: UUID | None,
                   project_id: UUID | None) -> tuple[str, UUID | None, UUID | None]:
-    """Resolve and check the scope a role is bound at."""
-    scope_kind = ROLES[role].scope_kind
+    """Resolve and check the scope a role is bound at: a project when project_id is given, else a tenant when
+    tenant_id is, else the platform; one of the scope kinds the role is grantable at."""
+    kinds = ROLES[role].scope_kinds
+    scope_kind = "project" if project_id is not None else "tenant" if tenant_id is not None else "platform"
+    if scope_kind not in kinds:
+        raise unprocessable("invalid_scope", f"{role} is bound at {' or '.join(kinds)} scope: "
+                            + "; or ".join(_SCOPE_HINTS[k] for k in kinds))
     if scope_kind == "platform":
-        if tenant_id or project_id:
-            raise unprocessable("invalid_scope", f"{role} is a platform role; give no tenant or project")
         return scope_kind, None, None
     if scope_kind == "tenant":
-        if tenant_id is None or project_id is not None:
-            raise unprocessable("invalid_scope", f"{role} is a tenant role; give tenant_id only")
         get_tenant(conn, tenant_id)
         return scope_kind, tenant_id, None
-    if project_id is None:
-        raise unprocessable("invalid_scope", f"{role} is a project role; give project_id")
     project = get_project(conn, project_id)
     if tenant_id is not None and tenant_id != project["tenant_id"]:
         raise unprocessable("invalid_scope", "project does not belong to that tenant")
@@ -152,23 +154,28 @@ def create_binding(conn: psycopg.Connection, actor: Principal, principal_kind: s
                          if not actor.permits(k, tenant_id=tenant_id, project_id=project_id))
         if missing:
             raise forbidden(f"cannot grant {role}: caller lacks some of its permissions", missing=missing)
-    if definition.principal_kind != principal_kind:
-        raise unprocessable("invalid_principal", f"{role} can only be granted to a {definition.principal_kind}")
+    if principal_kind not in definition.principal_kinds:
+        raise unprocessable("invalid_principal",
+                            f"{role} can only be granted to a {' or a '.join(definition.principal_kinds)}")
     # A disabled (deleted) principal, or one the caller cannot see, is answered as missing.
     if principal_kind == "user":
         user = get_user(conn, principal_id)
         if user["disabled"] or not actor.sees(user["tenant_id"], None):
             raise not_found("user", principal_id)
-        if scope_kind == "platform" and user["tenant_id"] is not None:
-            raise unprocessable("invalid_principal", "platform roles are for users outside any tenant")
+        if scope_kind == "platform" and user["tenant_id"] is not None and not definition.platform_for_tenants:
+            raise unprocessable("invalid_principal", f"{role} at platform scope is for users outside any tenant")
         if scope_kind != "platform" and user["tenant_id"] != tenant_id:
             raise unprocessable("invalid_principal", "the user belongs to another tenant")
     else:
         sa = get_service_account(conn, principal_id)
         if sa["disabled"] or not actor.sees(sa["tenant_id"], sa["project_id"]):
             raise not_found("service_account", principal_id)
-        if sa["project_id"] != project_id:
-            raise unprocessable("invalid_principal", "a service account acts only inside its own project")
+        # A service account acts only inside its own project: bound there, or (catalog_publisher) at its own
+        # tenant or the platform, where Principal.permits still confines it to its project.
+        own = {"project": sa["project_id"] == project_id, "tenant": sa["tenant_id"] == tenant_id,
+               "platform": definition.platform_for_tenants}[scope_kind]
+        if not own:
+            raise unprocessable("invalid_principal", "a service account acts only inside its own project and tenant")
     existing = conn.execute(
         """SELECT 1 FROM role_bindings WHERE principal_kind = %s AND principal_id = %s AND role = %s
              AND tenant_id IS NOT DISTINCT FROM %s AND project_id IS NOT DISTINCT FROM %s""",

@@ -17,7 +17,8 @@ from ..allocations.service import get_allocations
 from ..audit import service as audit
 from ..catalog import parameters
 from ..catalog.adapter import stored_spec
-from ..catalog.service import get_app, get_version, get_version_by_id, latest_active_version, version_artifacts
+from ..catalog.scope import app_for_project
+from ..catalog.service import get_version, get_version_by_id, latest_active_version, version_artifacts
 from ..common import page_of
 from ..errors import ApiError, conflict, not_found, unprocessable
 from ..iam.auth import SYSTEM, Principal
@@ -187,7 +188,7 @@ def create_instance(conn: psycopg.Connection, actor: Principal, project: dict, b
     """Create a project-owned instance with its members placed on the chosen allocations, or refuse
     and say exactly why: version/artifact state (409), a host another instance holds (409),
     entitlement and policy (403), compatibility (422), the project's instance quota (429; 0: none)."""
-    app = get_app(conn, body.app_slug)
+    app = app_for_project(conn, actor, project, body.app_slug)  # another tenant's private app: as a missing one
     version = get_version(conn, app["slug"], body.version) if body.version else latest_active_version(conn, app["slug"])
     check_version_usable(version, canary=body.canary)
     parameters.validate_for_version(version, body.parameters)

@@ -7,7 +7,7 @@ from fastapi import Path, Query
 
 from .. import docs, errors
 from ..audit import service as audit
-from ..catalog.service import get_app
+from ..catalog.scope import app_for_project
 from ..common import Page, Slug, decode_cursor, keyset_page, page_of
 from ..deps import DB, Caller, CursorParam, LimitParam, router
 from ..errors import conflict, not_found, unprocessable
@@ -18,15 +18,21 @@ from .schemas import EffectiveDimension, EffectivePolicy, Entitlement, Entitleme
 api = router("policy")
 
 
+def entitlement_key(app: dict) -> str:
+    """Who entitles projects to an app: the platform's admins for a platform app, the tenant's for its own."""
+    return "policy.entitlement.write" if app["tenant_id"] is None else "policy.entitlement.private.write"
+
+
 @api.post("/v1/projects/{project_id}/entitlements", operation_id="entitlements_create",
           openapi_extra=docs.example({'app_slug': 'hpc-cluster'}),
           response_model=Entitlement, status_code=201)
 def create_entitlement(project_id: UUID, body: EntitlementCreate, caller: Caller, db: DB):
-    """Entitle a project to an app (optionally to some of its versions) so it may create instances of it."""
+    """Entitle a project to an app (optionally to some of its versions) so it may create instances of it: a
+    platform app (platform admins), or a private app of the project's tenant (its tenant admins)."""
     with db.transaction() as conn:
         project = get_project(conn, project_id)
-        caller.require("policy.entitlement.write", tenant_id=project["tenant_id"], project_id=project_id)
-        get_app(conn, body.app_slug)
+        app = app_for_project(conn, caller, project, body.app_slug)
+        caller.require(entitlement_key(app), tenant_id=project["tenant_id"], project_id=project_id)
         if service.is_entitled(conn, project_id, body.app_slug):
             raise conflict("already_exists", f"project is already entitled to {body.app_slug}")
         row = conn.execute(
@@ -54,7 +60,8 @@ def delete_entitlement(project_id: UUID, app_slug: Annotated[Slug, Path()], call
     """Withdraws the entitlement for new instances; existing instances keep running."""
     with db.transaction() as conn:
         project = get_project(conn, project_id)
-        caller.require("policy.entitlement.write", tenant_id=project["tenant_id"], project_id=project_id)
+        app = app_for_project(conn, caller, project, app_slug)
+        caller.require(entitlement_key(app), tenant_id=project["tenant_id"], project_id=project_id)
         row = conn.execute("DELETE FROM entitlements WHERE project_id = %s AND app_slug = %s RETURNING *",
                            (project_id, app_slug)).fetchone()
         if row is None:
