@@ -1,10 +1,11 @@
-"""`gpuaas apps register`: puts a collection build into the catalog through the public API.
+"""`gpuaas apps publish` (`register`): puts a collection build into the catalog through the public API.
 
-The collection ships one descriptor per app (`adapters/<app>.yml`). For each, with only the platform
-admin's token: the build is uploaded to the content store by its sha256, then the app, an artifact
-of kind `collection` pinned by that digest, and the version the descriptor names are created (what
-already exists with the same content is kept), and with `activate` promoted to active. A run of
-that version executes exactly this build."""
+The collection ships one descriptor per app (`adapters/<app>.yml`). For each, with the caller's own token (a
+publisher's: docs/control-service.md "Publishers"): the build is uploaded to the content store by its sha256,
+then the app (in the platform catalog, or with `tenant_id` as that tenant's private app), an artifact of kind
+`collection` pinned by that digest, and the version the descriptor names are created (what already exists with
+the same content is kept), and with `activate` promoted to active. A run of that version executes exactly this
+build."""
 
 from __future__ import annotations
 
@@ -83,13 +84,14 @@ def descriptors(tarball: Path) -> list[AppDescriptor]:
 
 def register(api: httpx.Client, source: Path, *, activate: bool = False, canary: bool = False,
              workloads: dict[str, str] | None = None, signers: dict[str, str] | None = None,
-             reason: str = "registered") -> list[Registered]:
+             reason: str = "registered", tenant_id: str | None = None) -> list[Registered]:
     """Register every app the collection at `source` (a tarball or a directory) describes; `api` carries
-    the base URL and the platform admin's token. An app whose versions pin a workload (its image)
-    gets a version only for the image `workloads[slug]` names, as `<descriptor version>+<digest>`
-    (12 hex digits); without one, only the app is created. `signers[slug]` is the PEM public key that
-    image's signature verifies with (its hosts enforce it). `activate` promotes what it registers to
-    active, `canary` to canary (only instances that opted in may bind it)."""
+    the base URL and a publisher's token; `tenant_id`: as private apps of that tenant (the token's own).
+    An app whose versions pin a workload (its image) gets a version only for the image `workloads[slug]`
+    names, as `<descriptor version>+<digest>` (12 hex digits); without one, only the app is created.
+    `signers[slug]` is the PEM public key that image's signature verifies with (its hosts enforce it).
+    `activate` promotes what it registers to active, `canary` to canary (only instances that opted in may
+    bind it)."""
     if activate and canary:
         raise RegisterError("choose --activate or --canary, not both")
     target = "active" if activate else "canary" if canary else None
@@ -111,14 +113,18 @@ def register(api: httpx.Client, source: Path, *, activate: bool = False, canary:
     if set(signers) - set(workloads):
         raise RegisterError(f"--signed-by names {sorted(set(signers) - set(workloads))} without a --workload image")
     return [_register_app(api, d, digest, reference, workloads.get(d.app.slug), signers.get(d.app.slug), target,
-                          reason) for d in apps]
+                          reason, tenant_id) for d in apps]
 
 
 def _register_app(api: httpx.Client, d: AppDescriptor, digest: str, reference: str, image: str | None,
-                  signer: str | None, target: str | None, reason: str) -> Registered:
+                  signer: str | None, target: str | None, reason: str, tenant_id: str | None) -> Registered:
     slug = d.app.slug
-    if _call(api, "GET", f"/v1/catalog/apps/{slug}", (200, 404)).status_code == 404:
-        _call(api, "POST", "/v1/catalog/apps", (201,), json=d.app.model_dump())
+    found = _call(api, "GET", f"/v1/catalog/apps/{slug}", (200, 404))
+    if found.status_code == 404:
+        _call(api, "POST", "/v1/catalog/apps", (201,), json=d.app.model_dump() | {"tenant_id": tenant_id})
+    elif found.json()["tenant_id"] != tenant_id:
+        where = "the platform catalog" if found.json()["tenant_id"] is None else "your tenant's private catalog"
+        raise RegisterError(f"{slug} is in {where}: publish it there (--private publishes to your tenant's)")
     artifact = _artifact(api, slug, "collection", reference, target, reason)
     name, body = d.version, {"artifact_id": artifact["id"], "adapter": d.spec().model_dump(mode="json")}
     if d.workload:

@@ -50,13 +50,17 @@ ARTIFACTS = (
 
 
 def register(sub: argparse._SubParsersAction) -> None:
-    p = sub.add_parser("apps", help="the app catalog: list it (any token that may read it), register apps (platform "
-                                    "admin)")
+    p = sub.add_parser("apps", help="the app catalog: list it (any token that may read it), publish apps "
+                                    "(publishers)")
     asub = p.add_subparsers(dest="apps_command", metavar="ACTION", required=True)
-    reg = asub.add_parser("register", help="register the apps a collection build describes (adapters/*.yml): "
-                          "upload the build by digest, create app, artifact and version")
+    reg = asub.add_parser("publish", aliases=["register"], help="publish the apps a collection build describes "
+                          "(adapters/*.yml) with this token: upload the build by digest, create app, artifact and "
+                          "version, in the platform catalog or (--private) the token's tenant's")
     reg.add_argument("collection", type=Path, help="a collection tarball, or a collection directory to build")
     url_option(reg)
+    reg.add_argument("--private", action="store_true", help="as private apps of the token's own tenant (a tenant "
+                     "publisher's): only the tenant sees and uses them; their slugs start with the tenant's name "
+                     "and a dash")
     reg.add_argument("--activate", action="store_true", help="promote the artifacts and the versions to active")
     reg.add_argument("--canary", action="store_true", help="promote them to canary: only instances that opted "
                      "in to canary versions may bind them")
@@ -66,7 +70,7 @@ def register(sub: argparse._SubParsersAction) -> None:
     reg.add_argument("--signed-by", action="append", default=[], metavar="APP=KEYFILE",
                      help="the PEM public key APP's --workload image is signed with (sigstore); its hosts accept "
                      "only images that verify with it")
-    reg.add_argument("--reason", default="registered with gpuaas apps register")
+    reg.add_argument("--reason", default="published with gpuaas apps publish")
     reg.set_defaults(func=register_apps)
     ls = asub.add_parser("list", help="the apps of the catalog with their versions (any token that may read it)")
     output_option(ls)
@@ -95,26 +99,32 @@ def list_apps(args, client) -> int:
 
 @command("catalog_apps_create", "catalog_artifacts_create", "catalog_versions_create", "content_head", "content_put")
 def register_apps(args, client) -> int:
-    """As the platform admin: the token of `gpuaas login` (or GPUAAS_TOKEN), like every client command."""
+    """As the caller: the token of `gpuaas login` (or GPUAAS_TOKEN), like every client command; a platform
+    publisher's for the platform catalog, a tenant publisher's with --private."""
     import httpx
 
     from ..catalog.register import RegisterError, register
+    from ..client import lookup
     from ..client.errors import ClientError, unreachable
 
     workloads = dict(w.partition("=")[::2] for w in args.workload)
     key_files = dict(s.partition("=")[::2] for s in args.signed_by)
     if any(not app or not value for app, value in (workloads | key_files).items()):
-        print("gpuaas apps register: --workload takes APP=IMAGE, --signed-by APP=KEYFILE", file=sys.stderr)
+        print(f"gpuaas apps {args.apps_command}: --workload takes APP=IMAGE, --signed-by APP=KEYFILE",
+              file=sys.stderr)
         return 2
     try:
         signers = {app: Path(path).read_text() for app, path in key_files.items()}
     except OSError as exc:
-        print(f"gpuaas apps register: {exc}", file=sys.stderr)
+        print(f"gpuaas apps {args.apps_command}: {exc}", file=sys.stderr)
         return 2
     client.http.timeout = httpx.Timeout(120)  # the upload of a build takes longer than a read
     try:
+        tenant = lookup.me(client).get("tenant_id") if args.private else None  # only its own publish there
+        if args.private and tenant is None:
+            raise ClientError("--private publishes to the token's own tenant, and this token belongs to none")
         registered = register(client.http, args.collection, activate=args.activate, canary=args.canary,
-                              workloads=workloads, signers=signers, reason=args.reason)
+                              workloads=workloads, signers=signers, reason=args.reason, tenant_id=tenant)
     except httpx.TransportError as exc:
         raise unreachable(client.url, exc) from None
     except (RegisterError, httpx.HTTPError) as exc:
