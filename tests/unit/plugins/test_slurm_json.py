@@ -5,7 +5,7 @@ import json
 
 import pytest
 from ansible_collections.gpuaas.apps.plugins.module_utils import slurm as su
-from ansible_collections.gpuaas.apps.plugins.modules import slurm_info, slurm_node
+from ansible_collections.gpuaas.apps.plugins.modules import slurm_accounts, slurm_info, slurm_node
 from slurm_fixtures import ReplaySlurm, recorded, run_module, text
 
 RELEASE_24_11 = text("json_version").strip()
@@ -88,3 +88,16 @@ def test_output_that_is_not_json_fails_with_what_it_was():
     broken = ReplaySlurm({("scontrol", "show"): [(0, "slurm_load_node error\n", "")]}, release=RELEASE_24_11)
     ended = run_module(slurm_node.main, {"name": "gpu01"}, broken)
     assert ended.failed and "its output is not JSON: slurm_load_node error" in ended.result["msg"]
+
+
+def test_the_accounts_module_reads_every_job_as_json():
+    slurm = ReplaySlurm({("squeue", "--json", "-a"): [recorded("json_squeue_all")]}, release=RELEASE_24_11)
+
+    class Module:  # what SlurmRunner uses of an AnsibleModule
+        def run_command(self, argv, **kwargs):
+            return slurm(argv, **kwargs)
+
+        def get_bin_path(self, name, **kwargs):
+            return f"/usr/bin/{name}"
+
+    assert slurm_accounts.read_jobs(su.SlurmRunner(Module())) == [{"JobId": "1", "User": "root", "Account": ""}]
