@@ -251,6 +251,9 @@ def test_a_platform_publishers_app_is_seen_and_used_by_every_tenant(w):
            json={"app_slug": "shared-tool"})
     w.call("other_tenant_admin", "POST", f"/v1/projects/{w.ids['project_b1']}/instances", 201,
            json=instance_body(w, "shared-tool", "alloc_b1"))
+    # Its own tenant's private catalog takes its tenant admin's grant, not the platform's.
+    w.call("platform_publisher", "POST", "/v1/catalog/apps", 403, json={
+        "slug": "tenant-a-own", "display_name": "X", "runtime_backend": "bare_metal", "tenant_id": w.ids["tenant_a"]})
     # Its platform binding reaches the catalog only: another tenant's things stay unseen (404, not 403), and its
     # publications are platform rows, its tenant's other actions its tenant's.
     w.call("platform_publisher", "GET", f"/v1/projects/{w.ids['project_b1']}", 404)

@@ -1,13 +1,15 @@
-"""Whose catalog an app is in, and who publishes to it (docs/control-service.md "Publishers").
+"""Whose catalog an app is in, and who publishes to it (docs/control-service.md "Publishers and tenant-private
+apps").
 
 An app is in the platform catalog (`tenant_id` NULL), which every tenant sees and uses, or in one tenant's
 private catalog, which only that tenant's principals see and only its projects use. Its artifacts and versions
 are in its catalog. Whatever names an app another tenant keeps private is answered as for an app that does not
 exist: the same 404. Publishing (`apps.catalog.publish`) into the platform catalog takes a platform-scope
-binding; into a tenant's, a binding at that tenant held by one of its own principals, never a platform one."""
+binding; into a tenant's, a binding at that tenant (its tenant admin's grant) held by one of its own principals."""
 
 from __future__ import annotations
 
+import dataclasses
 from uuid import UUID
 
 import psycopg
@@ -60,7 +62,11 @@ def require_publish(caller: Principal, tenant_id: UUID | None) -> None:
             raise hidden(tenant_id, None)
         raise forbidden("a tenant's private apps are published by the tenant's own publishers", permission=PUBLISH)
     else:
-        caller.require(PUBLISH, tenant_id=tenant_id, project_id=caller.project_id)
+        # Not through a platform binding: the platform's trust in a tenant's app developer (a platform publisher)
+        # is not the tenant admin's grant.
+        tenant_bindings = tuple(b for b in caller.bindings if b.scope_kind != "platform")
+        dataclasses.replace(caller, bindings=tenant_bindings).require(PUBLISH, tenant_id=tenant_id,
+                                                                      project_id=caller.project_id)
 
 
 def check_slug(slug: str, tenant: dict | None) -> None:
