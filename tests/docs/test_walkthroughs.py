@@ -73,8 +73,9 @@ def newcomer_env(home: Path) -> dict[str, str]:
 
 
 def walk(page: str, tmp_path: Path, prefixes: list[str], replace: dict[str, str],
-         check: Callable[[Path], None], timeout: float = 600) -> str:
-    """Runs the page in a new home under tmp_path; calls check(home) before its clean-up; returns its output."""
+         check: Callable[[Path], None], timeout: float = 600) -> None:
+    """Runs the page in a new home under tmp_path and checks what it printed; calls check(home) before its
+    clean-up."""
     home = tmp_path / "home"
     home.mkdir()
     body, clean_up = page_script(page, replace)
@@ -105,18 +106,33 @@ def walk(page: str, tmp_path: Path, prefixes: list[str], replace: dict[str, str]
                     os.killpg(shell.pid, signal.SIGTERM)
         out = stdout.read_text()
         assert shell.returncode == 0, f"{page} failed:\n{tail(stdout)}\n{tail(stderr)}{logs(home)}"
+        assert "gpa_" not in out + stderr.read_text(), f"{page} printed a token"
         missing = missing_output(expected_lines(body + clean_up), out)
         assert missing is None, f"{page} shows {missing!r}, which its commands did not print:\n{out}"
-        return out
+        if postmaster is not None:
+            assert stopped(postmaster), "the embedded PostgreSQL outlived the page's clean-up"
     finally:
         for prefix in prefixes:
             testhosts.down(prefix)
-        if postmaster is not None:
-            deadline = time.monotonic() + 60
-            while not _exited(postmaster) and time.monotonic() < deadline:
-                time.sleep(0.2)
-            assert _exited(postmaster), "the embedded PostgreSQL outlived the page's clean-up"
+            # Images a page built under the run's prefix (its clean-up removes them when it gets there).
+            if built := images(f"localhost/{prefix}-*"):
+                subprocess.run(["podman", "image", "rm", "--force", *built], capture_output=True, timeout=120)
+        if postmaster is not None and not stopped(postmaster):
+            os.kill(postmaster, signal.SIGKILL)
         shutil.rmtree(home, ignore_errors=True)  # the tokens, the hosts' key, the database
+
+
+def stopped(pid: int, timeout: float = 60) -> bool:
+    deadline = time.monotonic() + timeout
+    while not _exited(pid) and time.monotonic() < deadline:
+        time.sleep(0.2)
+    return _exited(pid)
+
+
+def images(reference: str) -> list[str]:
+    listed = subprocess.run(["podman", "images", "--filter", f"reference={reference}", "--format",
+                             "{{.Repository}}:{{.Tag}}"], capture_output=True, text=True, timeout=60)
+    return listed.stdout.split()
 
 
 def tail(path: Path, chars: int = 3000) -> str:
@@ -133,6 +149,7 @@ def host_sh(container: str, command: str) -> str:
     return done.stdout.strip()
 
 
+@pytest.mark.slow
 def test_first_instance(tmp_path):
     prefix = f"first{uuid.uuid4().hex[:6]}"
 
