@@ -166,3 +166,35 @@ def test_a_reclaimed_operation_first_ends_what_its_earlier_attempt_left_running(
     (marker / "slow").unlink()
     done = wait_for(lambda: finished(ops, op["id"]), 60, what="the operation to finish")
     assert done["status"] == "succeeded" and done["attempt"] == 2, done
+
+
+def test_a_dead_workers_lapsed_lease_is_recovered_right_after_a_database_restart(ops, server):
+    """A lease that lapsed before the database restarted is recovered at once: the run was fenced before the
+    lease could end. (Recovery used to wait until the database had been up a whole lease, so restarts closer
+    together than a lease held a killed worker's operation, and its instance's queue, for as long as they
+    went on: the chaos soak's reconfigure sat 166 s behind six restarts.) A lease still running is kept."""
+    from gpuaas_api.operations import service
+
+    dead, _ = make_instance(ops, "dead-worker")
+    live, _ = make_instance(ops, "live-worker", allocation="alloc_ops2")
+    lapsed = ops.w.call(SA, "POST", f"/v1/instances/{dead['id']}/deploy", 202).json()
+    held = ops.w.call(SA, "POST", f"/v1/instances/{live['id']}/deploy", 202).json()
+    with ops.database.transaction() as conn:
+        assert str(service.claim(conn, "killed/0", 30, "gone-machine")["id"]) == lapsed["id"]
+        assert str(service.claim(conn, "alive/0", 60, "some-machine")["id"]) == held["id"]
+        # Killed 31 s ago: its last renewal's lease ended a second ago.
+        conn.execute("UPDATE operations SET heartbeat_at = now() - interval '31 s', "
+                     "lease_expires_at = now() - interval '1 s' WHERE id = %s", (lapsed["id"],))
+    stop(server)
+    start(server)
+    with psycopg.connect(ops.db_url, row_factory=dict_row) as conn:
+        started = conn.execute("SELECT now() - pg_postmaster_start_time() AS up").fetchone()["up"]
+        assert started.total_seconds() < 30, "the database was up a whole lease: this test proves nothing"
+        recovered = service.recover_expired(conn)
+    assert [(str(o["id"]), o["status"]) for o in recovered] == [(lapsed["id"], "queued")], recovered
+    assert finished(ops, held["id"]) is None
+    with psycopg.connect(ops.db_url, row_factory=dict_row) as conn:
+        kept = conn.execute("SELECT status, lease_owner FROM operations WHERE id = %s", (held["id"],)).fetchone()
+    assert kept == {"status": "running", "lease_owner": "alive/0"}, kept
+    timeline = [e["type"] for e in events(ops, dead["id"])]
+    assert "operation.requeued" in timeline, timeline

@@ -296,14 +296,15 @@ def recover_expired(conn: psycopg.Connection) -> list[dict]:
     again (attempt+1 on its next claim) until max_attempts; then it fails with the reason and the
     instance and members are set to what is known (failed). A pending cancel wins.
 
-    A lease counts as expired only once the database has been up for a whole lease (its length is
-    lease_expires_at - heartbeat_at) since the server last started: while it was down or restarting
-    no worker could heartbeat, and a run that outlived the outage is not lost. An operation whose
-    recovery raises (a bug, an instance deleted under it) is failed alone; the others go on."""
+    An expired lease is recovered at once, even right after the database restarted: its run was stopped at
+    its fence, before the lease could end, whether its worker died or could not reach the database
+    (executor/worker.py, docs/operations.md "Fencing"), so waiting longer saves no run. (Waiting for the
+    database to have been up a whole lease, as before fencing, let restarts closer together than a lease
+    hold a dead worker's operation, and its instance's queue, for as long as they went on.) An operation
+    whose recovery raises (a bug, an instance deleted under it) is failed alone; the others go on."""
     out = []
     expired = conn.execute(
         """SELECT * FROM operations WHERE status = 'running' AND lease_expires_at < now()
-              AND greatest(lease_expires_at, pg_postmaster_start_time() + (lease_expires_at - heartbeat_at)) < now()
             ORDER BY seq FOR UPDATE SKIP LOCKED""").fetchall()
     for op in expired:
         try:
