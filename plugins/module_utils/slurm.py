@@ -110,8 +110,7 @@ class SlurmRunner:
 
     def show_node(self, name):
         """The parsed node, or None when Slurm does not know it."""
-        nodes = self.nodes(name)
-        return nodes[0] if nodes else None
+        return next((n for n in self.nodes(name) if n.get("NodeName") == name), None)
 
     def running_jobs(self):
         """Jobs running, completing or suspended, as [{'job_id', 'nodes'}] (``nodes`` a Slurm host list)."""

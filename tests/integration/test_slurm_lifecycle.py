@@ -82,13 +82,15 @@ def test_bad_inventory_fails_before_anything_changes(cluster):
     assert all(c["changed"] == 0 for c in run.recap.values()), f"the refused deploy changed hosts: {run.recap}"
 
     # Partition options slurm.conf would misread: a misspelt keyword, a value that would end its field early.
-    partitions = [{"name": "main", "Oversubscribe": "NO"}, {"name": "b", "OverSubscribe": "NO SlurmUser=nobody"}]
+    partitions = [{"name": "main", "Oversubscribe": "NO"}, {"name": "b", "OverSubscribe": "NO SlurmUser=nobody"},
+                  {"name": "c", "AllowAccounts": "a\n"}]
     run = cluster.playbook("slurm_deploy", inventory=cluster.inventory(workers=["w1"], name="opts.ini"),
                            slurm_controller_partitions=partitions)
     assert run.rc != 0
     flat = " ".join(run.output.split())
     assert ("slurm_controller_partitions has options slurm.conf would not read as given: main: Oversubscribe is not a "
             "partition keyword; b: OverSubscribe must be one word") in flat, run.output[-2000:]
+    assert "c: AllowAccounts must be one word" in flat, run.output[-2000:]
     assert all(c["changed"] == 0 for c in run.recap.values()), f"the refused deploy changed hosts: {run.recap}"
 
     for host in ("ctl", "w1", "w2"):
