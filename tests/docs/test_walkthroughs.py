@@ -73,16 +73,15 @@ def newcomer_env(home: Path) -> dict[str, str]:
 
 
 def walk(page: str, tmp_path: Path, prefixes: list[str], replace: dict[str, str],
-         check: Callable[[Path], None], timeout: float = 600) -> None:
+         check: Callable[[Path], None], serves: bool = False, timeout: float = 600) -> None:
     """Runs the page in a new home under tmp_path and checks what it printed; calls check(home) before its
-    clean-up."""
+    clean-up. A page that `serves` runs the service, whose embedded PostgreSQL its clean-up must stop."""
     home = tmp_path / "home"
     home.mkdir()
     body, clean_up = page_script(page, replace)
     ready, go = tmp_path / "ready", tmp_path / "go"
     script = f"{body}\ntouch {ready}; while [ ! -e {go} ]; do sleep 0.2; done\n{clean_up}"
     stdout, stderr = tmp_path / "stdout", tmp_path / "stderr"
-    pid_file = home / ".local/state/gpuaas/postgres/pgdata/postmaster.pid"
     postmaster = None
     try:
         # Files, not pipes: `gpuaas serve &` keeps its output open after the script ends.
@@ -93,7 +92,8 @@ def walk(page: str, tmp_path: Path, prefixes: list[str], replace: dict[str, str]
         try:
             while not ready.exists() and shell.poll() is None and time.monotonic() < deadline:
                 time.sleep(0.2)
-            if pid_file.exists():
+            # The embedded PostgreSQL of a page that starts the service, in the state directory it chose.
+            for pid_file in home.glob("**/pgdata/postmaster.pid"):
                 postmaster = int(pid_file.read_text().split()[0])
             assert ready.exists(), f"{page} stopped before its clean-up:\n{tail(stdout)}\n{tail(stderr)}{logs(home)}"
             check(home)
@@ -109,7 +109,8 @@ def walk(page: str, tmp_path: Path, prefixes: list[str], replace: dict[str, str]
         assert "gpa_" not in out + stderr.read_text(), f"{page} printed a token"
         missing = missing_output(expected_lines(body + clean_up), out)
         assert missing is None, f"{page} shows {missing!r}, which its commands did not print:\n{out}"
-        if postmaster is not None:
+        if serves:
+            assert postmaster is not None, f"{page} ran no embedded PostgreSQL"
             assert stopped(postmaster), "the embedded PostgreSQL outlived the page's clean-up"
     finally:
         for prefix in prefixes:
@@ -140,7 +141,7 @@ def tail(path: Path, chars: int = 3000) -> str:
 
 
 def logs(home: Path) -> str:
-    return "".join(f"\n--- {log.name}:\n{tail(log)}" for log in sorted(home.glob("*.log")))
+    return "".join(f"\n--- {log.name}:\n{tail(log)}" for log in sorted(home.glob("*/*.log")))
 
 
 def host_sh(container: str, command: str) -> str:
@@ -169,7 +170,7 @@ def test_first_instance(tmp_path):
             assert left.split() == ["inactive"] * 3, f"{host}: {left}"
 
     walk("first-instance.md", tmp_path, [prefix],
-         {"8000": str(free_port()), "--prefix first": f"--prefix {prefix}", "first-": f"{prefix}-"}, check)
+         {"8000": str(free_port()), "--prefix first": f"--prefix {prefix}", "first-": f"{prefix}-"}, check, serves=True)
 
 
 def test_try_oci_locally(tmp_path):
