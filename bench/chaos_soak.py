@@ -17,13 +17,14 @@ reconfigure with a valid parameter, refresh; deploy once per instance). The API 
 request that gets no answer (serve is down) is sent again with the same Idempotency-Key.
 
 Faults, one every `--fault-every` seconds on average (`--faults` picks the kinds, `--first-faults` the
-first ones in order), from the main thread:
+first ones in order; `--faults none` after them is a fixed schedule), from the main thread, drawn from a
+generator of their own (the seed gives the same faults however fast the operations go):
 - worker_kill: SIGKILL of the worker that holds a running operation's lease, then a new worker;
 - pg_restart: the embedded PostgreSQL's fast shutdown, a few seconds down, started again (Demo.restart_postgres);
 - serve_term: SIGTERM to `serve` (it stops the PostgreSQL it started), started again on the same port;
 - host_kill, host_pause, host_netcut: `podman kill` / `pause` / `network disconnect` of a test host of an
   instance, undone after `--host-fault-seconds` (`podman start`, which keeps its address / `unpause` /
-  `network connect --ip`); one host fault at a time.
+  `network connect --ip`); one host fault at a time (`--host-faults-at-once`), each on a host no other holds.
 
 At the end every fault is undone, operations still in flight are followed to their end, the platform gets
 a settle time (3 health intervals plus the health confirmation, after the last host came back), and the
@@ -142,7 +143,11 @@ class Counts:
 class Soak:
     def __init__(self, args: argparse.Namespace):
         self.args = args
-        self.rng = random.Random(args.seed)
+        self.rng = random.Random(args.seed)  # the operations' draws
+        # The faults' draws (kind, gaps, durations, hosts) from a generator of their own: the drivers draw from
+        # theirs as fast as the operations end, so with one generator the same seed gave another fault schedule
+        # whenever the machine was slower or faster.
+        self.fault_rng = random.Random(f"{args.seed}/faults")
         self.started = time.monotonic()
         self.lock = threading.Lock()  # counters and lists
         self.choosing = threading.Lock()  # one driver chooses at a time: two never pick one member
@@ -150,6 +155,7 @@ class Soak:
         self.counts = Counts()
         self.busy_members: set[str] = set()
         self.busy_instances: set[str] = set()
+        self.open_ops = Counter()  # the soak's operations in flight, per instance key
         self.in_flight = 0
         self.stop_ops = threading.Event()
         # The faults that come first (--first-faults): operations go on past --operations until each has hit the
@@ -348,6 +354,9 @@ class Soak:
                 choices.append((1, self.op(key, "refresh", "/refresh")))
         if not choices:
             return None
+        # An instance runs its operations one at a time: one with an operation in flight is chosen less often, so
+        # that both instances work at once rather than the drivers queueing behind one of them.
+        choices = [(w if not self.open_ops[op.instance] else w / 4, op) for w, op in choices]
         weights, ops = zip(*choices, strict=True)
         return self.rng.choices(ops, weights)[0]
 
@@ -363,6 +372,7 @@ class Soak:
                 with self.choosing:
                     op = self.choose()
                     if op is not None:
+                        self.open_ops[op.instance] += 1
                         self.busy_members.update(op.members)
                         if not op.members:
                             self.busy_instances.add(op.instance)
@@ -374,6 +384,8 @@ class Soak:
                 with self.lock:
                     self.in_flight -= 1
                 with self.choosing:
+                    if op is not None:
+                        self.open_ops[op.instance] -= 1
                     if op is not None and op.members:
                         self.busy_members.difference_update(op.members)
                     elif op is not None:
@@ -395,27 +407,28 @@ class Soak:
             self.record(kind, f"worker pid {worker.pid} holding operation {op_id[:8]}")
             self.start_worker()
         elif kind == "pg_restart":
-            down = self.rng.uniform(2, 8)
+            down = self.fault_rng.uniform(2, 8)
             d.restart_postgres(down)
             self.record(kind, f"down {down:.1f} s")
         elif kind == "serve_term":
             started = time.monotonic()
             code = d.stop_serve()
-            time.sleep(self.rng.uniform(1, 5))
+            time.sleep(self.fault_rng.uniform(1, 5))
             d.start_serve()
             self.record(kind, f"exit status {code}, answering again after {time.monotonic() - started:.1f} s")
         else:
-            if any(f.healed is None for f in self.host_faults):
+            faulted = {f.host for f in self.host_faults if f.healed is None}
+            if len(faulted) >= self.args.host_faults_at_once:
                 return False
             # Hosts that carry an active member are picked three times as often: they measure detection.
             active = {(m["host_name"], key, m["id"]) for key in (SLURM, OCI) for m in self.members(key)
                       if m["status"] == "active"}
-            hosts = self.slurm_hosts + self.slurm_spares + self.oci_hosts
+            hosts = [h for h in self.slurm_hosts + self.slurm_spares + self.oci_hosts if h not in faulted]
             carrying = {h for h, _, _ in active}
-            host = self.rng.choices(hosts, [3 if h in carrying else 1 for h in hosts])[0]
+            host = self.fault_rng.choices(hosts, [3 if h in carrying else 1 for h in hosts])[0]
             members = [(key, mid) for h, key, mid in sorted(active) if h == host]
             d.podman_host(HOST_FAULTS[kind][0], host)
-            seconds = self.rng.uniform(*self.args.host_fault_seconds)
+            seconds = self.fault_rng.uniform(*self.args.host_fault_seconds)
             self.host_faults.append(HostFault(kind, host, time.time(), time.monotonic() + seconds, members))
             self.record(kind, f"{host} for {seconds:.0f} s ({len(members)} active member(s))")
         return True
@@ -455,14 +468,14 @@ class Soak:
     def fault_loop(self, drivers: list) -> None:
         a = self.args
         first = self.first_faults_left
-        next_at = time.monotonic() + self.rng.uniform(0.3, 1.0) * a.fault_every
+        next_at = time.monotonic() + self.fault_rng.uniform(0.3, 1.0) * a.fault_every
         while any(not t.done() for t in drivers):
             now = time.monotonic()
             for fault in self.host_faults:
                 if fault.healed is None and now >= fault.until:
                     self.heal(fault)
-            if now >= next_at and (first or a.faults):
-                kind = first[0] if first else self.rng.choice(a.faults)
+            if now >= next_at and (first or a.faults) and not self.stop_ops.is_set():  # SIGTERM: no new fault
+                kind = first[0] if first else self.fault_rng.choice(a.faults)
                 try:
                     done = self.inject(kind)
                 except Exception as exc:  # noqa: BLE001 - a fault that could not be injected is reported
@@ -471,7 +484,7 @@ class Soak:
                 if done:
                     if first:
                         first.pop(0)
-                    next_at = now + self.rng.uniform(0.5, 1.5) * a.fault_every
+                    next_at = now + self.fault_rng.uniform(0.5, 1.5) * a.fault_every
                 else:
                     next_at = now + 3
             time.sleep(0.5)
@@ -777,6 +790,7 @@ def main(argv: list[str] | None = None) -> int:
                    help=f"kinds to choose from at random (comma-separated; 'none'): {', '.join(FAULT_KINDS)}")
     p.add_argument("--first-faults", default="", help="kinds injected first, in this order")
     p.add_argument("--host-fault-seconds", default="60,100", help="MIN,MAX seconds a host fault lasts")
+    p.add_argument("--host-faults-at-once", type=int, default=1, help="host faults in effect at once, at most")
     p.add_argument("--health-interval", type=float, default=15.0,
                    help="GPUAAS_HEALTH_INTERVAL_SECONDS of the workers (the service's default)")
     p.add_argument("--op-timeout", type=float, default=900.0, help="seconds the soak follows one operation")
@@ -801,7 +815,7 @@ def main(argv: list[str] | None = None) -> int:
     logging.getLogger("httpx").setLevel(logging.WARNING)
     print(f"chaos soak: seed {args.seed}, {args.operations} operations", file=sys.stderr, flush=True)
     soak = Soak(args)
-    # SIGTERM ends the soak early: no new operation; the ones in flight end, then the checks run as usual.
+    # SIGTERM ends the soak early: no new operation or fault; the ones in flight end, then the checks run as usual.
     signal.signal(signal.SIGTERM, lambda *_: soak.stop_ops.set())
     return soak.run()
 
