@@ -72,7 +72,7 @@ def newcomer_env(home: Path) -> dict[str, str]:
     return env | {"HOME": str(home), "NO_COLOR": "1"}
 
 
-def walk(page: str, tmp_path: Path, prefixes: list[str], replace: dict[str, str],
+def walk(page: str, tmp_path: Path, prefix: str, replace: dict[str, str],
          check: Callable[[Path], None], serves: bool = False, timeout: float = 600) -> None:
     """Runs the page in a new home under tmp_path and checks what it printed; calls check(home) before its
     clean-up. A page that `serves` runs the service, whose embedded PostgreSQL its clean-up must stop."""
@@ -113,11 +113,10 @@ def walk(page: str, tmp_path: Path, prefixes: list[str], replace: dict[str, str]
             assert postmaster is not None, f"{page} ran no embedded PostgreSQL"
             assert stopped(postmaster), "the embedded PostgreSQL outlived the page's clean-up"
     finally:
-        for prefix in prefixes:
-            testhosts.down(prefix)
-            # Images a page built under the run's prefix (its clean-up removes them when it gets there).
-            if built := images(f"localhost/{prefix}-*"):
-                subprocess.run(["podman", "image", "rm", "--force", *built], capture_output=True, timeout=120)
+        testhosts.down(prefix)
+        # Images the page built under the run's prefix (its clean-up removes them when it gets there).
+        if built := images(f"localhost/{prefix}-*"):
+            subprocess.run(["podman", "image", "rm", "--force", *built], capture_output=True, timeout=120)
         if postmaster is not None and not stopped(postmaster):
             os.kill(postmaster, signal.SIGKILL)
         shutil.rmtree(home, ignore_errors=True)  # the tokens, the hosts' key, the database
@@ -169,7 +168,7 @@ def test_first_instance(tmp_path):
                                                "2>/dev/null || true")
             assert left.split() == ["inactive"] * 3, f"{host}: {left}"
 
-    walk("first-instance.md", tmp_path, [prefix],
+    walk("first-instance.md", tmp_path, prefix,
          {"8000": str(free_port()), "--prefix first": f"--prefix {prefix}", "first-": f"{prefix}-"}, check, serves=True)
 
 
@@ -185,5 +184,5 @@ def test_try_oci_locally(tmp_path):
                            "2>/dev/null; grep -c /try/web /etc/containers/policy.json || true")
             assert left.split() == ["0"], f"{host}: {left}"
 
-    walk("try-oci-locally.md", tmp_path, [prefix],
+    walk("try-oci-locally.md", tmp_path, prefix,
          {"--prefix try": f"--prefix {prefix}", "try-": f"{prefix}-"}, check)
