@@ -42,6 +42,8 @@ ERROR_CODES: dict[str, int] = {
     # IAM
     "already_bootstrapped": 409, "last_platform_admin": 409, "invalid_principal": 422, "invalid_scope": 422,
     "unknown_role": 422, "token_lifetime_exceeded": 422,
+    # tenant names are prefix-free with respect to "-": each private app slug has one owning tenant
+    "tenant_name_namespace": 409,
     # catalog and content
     "artifact_in_use": 409, "no_active_version": 409, "artifact_content_missing": 422,
     "artifact_digest_mismatch": 422, "artifact_mismatch": 422, "artifact_retired": 422, "invalid_digest": 422,
@@ -83,7 +85,8 @@ ErrorCode = Literal[
     "constraint_violation", "invalid_value",
     "constraint_violation", "invalid_value",
     "already_bootstrapped", "last_platform_admin", "invalid_principal", "invalid_scope", "unknown_role",
-    "token_lifetime_exceeded", "artifact_in_use", "no_active_version", "artifact_content_missing",
+    "token_lifetime_exceeded", "tenant_name_namespace", "artifact_in_use", "no_active_version",
+    "artifact_content_missing",
     "artifact_digest_mismatch", "artifact_mismatch", "artifact_retired", "invalid_digest", "reference_not_pinned",
     "illegal_transition", "unknown_state", "workload_artifact_kind", "workload_artifact_required",
     "workload_not_declared", "invalid_parameters", "artifact_not_canary", "app_slug_namespace",

@@ -7,9 +7,12 @@ from __future__ import annotations
 
 import hashlib
 import json
+import threading
+import time
 
 import pytest
 from gpuaas_api.content.store import ContentStore
+from gpuaas_api.iam.service import check_tenant_name
 
 from .world import SLURM_ADAPTER, SLURM_COMPAT, World, register_allocation
 
@@ -255,11 +258,105 @@ def test_a_platform_publishers_app_is_seen_and_used_by_every_tenant(w):
     w.call("platform_publisher", "POST", "/v1/catalog/apps", 403, json={
         "slug": "tenant-a-own", "display_name": "X", "runtime_backend": "bare_metal", "tenant_id": w.ids["tenant_a"]})
     # Its platform binding reaches the catalog only: another tenant's things stay unseen (404, not 403), and its
-    # publications are platform rows, its tenant's other actions its tenant's.
+    # catalog publications are platform rows; its uploads, and its tenant's other actions, its tenant's.
     w.call("platform_publisher", "GET", f"/v1/projects/{w.ids['project_b1']}", 404)
     w.call("platform_publisher", "GET", f"/v1/tenants/{w.ids['tenant_b']}/users", 404)
     rows = w.call("platform_admin", "GET", "/v1/audit", 200, params={"actor_id": user}).json()["items"]
     assert {r["action"] for r in rows} >= {"apps.catalog.app.create", "apps.catalog.version.create"}
+    assert "apps.catalog.content.upload" not in {r["action"] for r in rows}
     assert all(r["tenant_id"] is None for r in rows)
     created = next(r for r in rows if r["action"] == "apps.catalog.app.create")
     assert created["after"]["catalog"] == "platform" and created["after"]["publisher"]["id"] == user
+
+
+def refusal(response) -> dict:
+    """An error answer without its correlation id: what tells one refusal from another."""
+    error = dict(response.json()["error"])
+    del error["correlation_id"]
+    return error
+
+
+def test_tenant_names_are_prefix_free_so_a_private_slug_has_one_owning_tenant(w, database):
+    # A tenant named "tenant" would own tenant-a-solver too, and learn from a 409 that tenant A keeps it.
+    for name, existing in (("tenant", "tenant-a"), ("tenant-a-x", "tenant-a"), ("tenant-b-lab-two", "tenant-b")):
+        refused = w.call("platform_admin", "POST", "/v1/tenants", 409, json={"name": name}).json()["error"]
+        assert refused["code"] == "tenant_name_namespace"
+        assert refused["details"] == {"name": name, "conflicts_with": existing}
+    assert w.call("platform_admin", "POST", "/v1/tenants", 409, json={"name": "tenant-a"}).json()["error"][
+        "code"] == "already_exists"
+    w.call("platform_admin", "POST", "/v1/tenants", 201, json={"name": "tenant-ab"})  # not a dash-prefix
+    w.call("platform_admin", "POST", "/v1/tenants", 201, json={"name": "tenant-c"})
+    with database.transaction() as conn:
+        names = [r["name"] for r in conn.execute("SELECT name FROM tenants ORDER BY name")]
+    assert names == ["tenant-a", "tenant-ab", "tenant-b", "tenant-c"]
+
+    # Two creations at once check one after the other: while one transaction has checked "racer" and not yet
+    # committed it, a creation of "racer-x" waits on the table lock, then sees "racer" and is refused.
+    answers = []
+    with database.transaction() as conn:
+        check_tenant_name(conn, "racer")
+        conn.execute("INSERT INTO tenants (name, display_name) VALUES ('racer', 'racer')")
+        racer = threading.Thread(target=lambda: answers.append(
+            w.call("platform_admin", "POST", "/v1/tenants", json={"name": "racer-x"})))
+        racer.start()
+        deadline = time.monotonic() + 30
+        while not answers and time.monotonic() < deadline:
+            with database.transaction() as probe:
+                if probe.execute("SELECT 1 FROM pg_locks WHERE relation = 'tenants'::regclass AND NOT granted"
+                                 ).fetchone():
+                    break
+            time.sleep(0.02)
+        assert not answers, answers[0].text  # it waited for this transaction
+    racer.join(30)
+    assert answers[0].status_code == 409 and answers[0].json()["error"]["code"] == "tenant_name_namespace"
+
+
+def test_a_platform_app_is_not_named_in_a_tenants_namespace(w):
+    seat(w, "tenant_admin", "publisher_a", "tenant_a", {"tenant_id": w.ids["tenant_a"]})
+    seat(w, "other_tenant_admin", "publisher_b", "tenant_b", {"tenant_id": w.ids["tenant_b"]})
+    seat(w, "platform_admin", "platform_publisher", "tenant_a", {})  # tenant A's developer, trusted platform-wide
+    # Both tenants publish their own private apps.
+    assert publish(w, "publisher_b", "tenant-b-secret", w.ids["tenant_b"])["app"]["tenant_id"] == w.ids["tenant_b"]
+    assert publish(w, "publisher_a", "tenant-a-solver", w.ids["tenant_a"])["app"]["tenant_id"] == w.ids["tenant_a"]
+
+    # A platform publisher probing tenant B's namespace: the same refusal whether B keeps the app or not, naming no
+    # tenant, and nothing is created there (no land grab). Its own tenant's namespace is no platform app's either.
+    app = {"display_name": "X", "runtime_backend": "bare_metal"}
+    answers = {(actor, slug): w.call(actor, "POST", "/v1/catalog/apps", 422, json=app | {"slug": slug})
+               for actor in ("platform_publisher", "platform_admin")
+               for slug in ("tenant-b-secret", "tenant-b-nothing", "tenant-a-solver", "tenant-a-tool")}
+    for (_, slug), answer in answers.items():
+        error = refusal(answer)
+        assert error["code"] == "app_slug_namespace" and error["details"] == {"slug": slug}
+        assert "tenant-b" not in error["message"] and "tenant-a" not in error["message"]
+    assert len({refusal(answer)["message"] for answer in answers.values()}) == 1
+    w.call("other_tenant_admin", "GET", "/v1/catalog/apps/tenant-b-nothing", 404)
+    w.call("publisher_b", "POST", "/v1/catalog/apps", 201,
+           json=app | {"slug": "tenant-b-nothing", "tenant_id": w.ids["tenant_b"]})
+    # Outside every tenant's namespace, platform apps are published as before (a name merely starting like one).
+    publish(w, "platform_publisher", "tenant-shared-tool", None)
+
+
+def test_a_private_build_is_its_uploaders_tenants_even_through_a_platform_binding(w):
+    # Tenant A's developer publishing platform apps (a platform binding) and its tenant's (its tenant admin's grant).
+    user = seat(w, "platform_admin", "dual", "tenant_a", {})
+    w.call("tenant_admin", "POST", "/v1/role-bindings", 201, json={
+        "principal_kind": "user", "principal_id": user, "role": "catalog_publisher", "tenant_id": w.ids["tenant_a"]})
+    published = publish(w, "dual", "tenant-a-dual", w.ids["tenant_a"])
+    digest = published["digest"]
+
+    rows = w.call("tenant_admin", "GET", "/v1/audit", 200, params={
+        "tenant_id": w.ids["tenant_a"], "actor_id": user, "action": "apps.catalog.content.upload"}).json()["items"]
+    assert [(r["tenant_id"], r["after"]["catalog"], r["after"]["tenant_id"], r["after"]["digest"]) for r in rows] == [
+        (w.ids["tenant_a"], "tenant", w.ids["tenant_a"], digest)]
+    platform = w.call("platform_admin", "GET", "/v1/audit", 200, params={
+        "actor_id": user, "action": "apps.catalog.content.upload"}).json()["items"]
+    assert platform == []  # a tenant's row: the platform reads it only with break-glass
+    # The build is tenant A's: its admin reads it, tenant B's admin gets the answer of content never stored.
+    w.call("tenant_admin", "GET", f"/v1/content/{digest}", 200)
+    never = "sha256:" + hashlib.sha256(b"never uploaded").hexdigest()
+    for method in ("GET", "HEAD"):
+        w.call("other_tenant_admin", method, f"/v1/content/{digest}", 404)
+    assert (refusal(w.call("other_tenant_admin", "GET", f"/v1/content/{digest}", 404))["details"]
+            == {"kind": "content", "id": digest})
+    w.call("other_tenant_admin", "GET", f"/v1/content/{never}", 404)

@@ -139,6 +139,62 @@ def test_only_catalog_writers_reach_content(world, store, actor, status):
     world.call(actor, "HEAD", url, status)
 
 
+def tenant_upload_audits(w, actor: str, tenant: str, digest: str) -> list[tuple]:
+    rows = w.call(actor, "GET", "/v1/audit", 200, params={
+        "tenant_id": w.ids[tenant], "action": "apps.catalog.content.upload", "limit": 100}).json()["items"]
+    return [(r["tenant_id"], r["after"]["created"]) for r in rows if r["target_id"] == digest]
+
+
+def test_a_tenants_build_is_read_only_in_its_tenant_and_the_platforms_in_every_tenant(world, store):
+    """Tenant admins hold apps.content.upload: each reads its own tenant's uploads and the platform's, and
+    another tenant's build answers as content never stored (GET, HEAD, and a collection artifact naming it)."""
+    theirs, never = b"tenant B's private build", digest_of(b"never stored")
+    digest = digest_of(theirs)
+    url = f"/v1/content/{digest}"
+    assert world.call("other_tenant_admin", "PUT", url, 201, content=theirs).json()["created"] is True
+    world.call("other_tenant_admin", "GET", url, 200)
+
+    missing = world.call("tenant_admin", "GET", f"/v1/content/{never}", 404).json()["error"]
+    hidden = world.call("tenant_admin", "GET", url, 404).json()["error"]
+    assert hidden["details"] == {"kind": "content", "id": digest}
+    assert (hidden["code"], hidden["message"].replace(digest, never)) == (missing["code"], missing["message"])
+    assert world.call("tenant_admin", "HEAD", url, 404).content == b""
+    world.call("tenant_admin", "POST", "/v1/catalog/apps", 201, json={
+        "slug": "tenant-a-probe", "display_name": "Probe", "runtime_backend": "bare_metal",
+        "tenant_id": world.ids["tenant_a"]})
+    for reference in (f"collections/a.probe:1.0.0@{digest}", f"collections/a.probe:1.0.0@{never}"):
+        refused = world.call("tenant_admin", "POST", "/v1/catalog/apps/tenant-a-probe/artifacts", 422,
+                             json={"kind": "collection", "reference": reference}).json()["error"]
+        assert refused["code"] == "artifact_content_missing"
+
+    # The same bytes uploaded by tenant A: new for A (201, as if nobody had them), and from then on A's to read.
+    assert world.call("tenant_admin", "PUT", url, 201, content=theirs).json()["created"] is True
+    assert world.call("tenant_admin", "GET", url, 200).content == theirs
+    assert int(world.call("tenant_admin", "HEAD", url, 200).headers["content-length"]) == len(theirs)
+    world.call("tenant_admin", "POST", "/v1/catalog/apps/tenant-a-probe/artifacts", 201,
+               json={"kind": "collection", "reference": f"collections/a.probe:1.0.0@{digest}"})
+    assert world.call("tenant_admin", "PUT", url, 200, content=theirs).json()["created"] is False
+    assert world.call("other_tenant_admin", "PUT", url, 200, content=theirs).json()["created"] is False
+    assert blobs(store) == [parse_digest(digest)]  # one copy, whoever uploads it
+    world.call("platform_admin", "GET", url, 200)  # the platform's principals read every digest
+    # Each tenant's uploads are audited in its tenant, with created for its own scope.
+    assert tenant_upload_audits(world, "tenant_admin", "tenant_a", digest) == [
+        (world.ids["tenant_a"], False), (world.ids["tenant_a"], True)]
+    assert tenant_upload_audits(world, "other_tenant_admin", "tenant_b", digest) == [
+        (world.ids["tenant_b"], False), (world.ids["tenant_b"], True)]
+    assert upload_audits(world, digest) == []  # no platform row
+
+    # Platform content is every tenant's: its publishers read it, and uploading it again is new for their tenant.
+    shared = b"a platform build"
+    shared_url = f"/v1/content/{digest_of(shared)}"
+    world.call("platform_admin", "PUT", shared_url, 201, content=shared)
+    for actor in ("tenant_admin", "other_tenant_admin"):
+        assert world.call(actor, "GET", shared_url, 200).content == shared
+        world.call(actor, "HEAD", shared_url, 200)
+    assert world.call("tenant_admin", "PUT", shared_url, 201, content=shared).json()["created"] is True
+    assert [a["after"]["created"] for a in upload_audits(world, digest_of(shared))] == [True]
+
+
 def test_the_default_store_lives_under_the_state_dir(app, tmp_path):
     app.state.operation_settings = OperationSettings(state_dir=tmp_path / "state")
     assert content_store(app).root == tmp_path / "state" / "content"

@@ -8,6 +8,7 @@ from fastapi import Path, Query, Request
 from .. import docs, errors
 from ..common import Page, Slug, decode_cursor, page_of
 from ..content.routes import content_store
+from ..content.routes import readable as content_readable
 from ..content.store import InvalidDigest
 from ..deps import DB, Caller, CursorParam, LimitParam, router
 from ..errors import unprocessable
@@ -45,7 +46,7 @@ def create_app(body: AppCreate, caller: Caller, db: DB):
     with db.transaction() as conn:
         tenant = get_tenant(conn, body.tenant_id) if body.tenant_id else None
         scope.require_publish(caller, body.tenant_id)
-        scope.check_slug(body.slug, tenant)
+        scope.check_slug(conn, body.slug, tenant)
         return service.create_app(conn, caller, body)
 
 
@@ -90,6 +91,11 @@ def create_artifact(slug: SlugPath, body: ArtifactCreate, caller: Caller, db: DB
         except InvalidDigest:
             raise unprocessable("invalid_digest", "a collection is pinned by sha256:<64 lowercase hex>",
                                 reference=body.reference) from None
+        if stored:
+            # Another tenant's private build is missing content here: registering it would tell the caller it is
+            # stored, and let the caller's instances run it.
+            with db.transaction() as conn:
+                stored = content_readable(conn, caller, digest)
         if not stored:
             raise unprocessable("artifact_content_missing", f"the content store has no {digest}: upload the "
                                 "collection build first (PUT /v1/content/{digest}, or gpuaas apps publish)",

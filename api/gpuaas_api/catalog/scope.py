@@ -69,9 +69,16 @@ def require_publish(caller: Principal, tenant_id: UUID | None) -> None:
                                                                       project_id=caller.project_id)
 
 
-def check_slug(slug: str, tenant: dict | None) -> None:
-    """A private app's slug starts with its tenant's name and a dash: slugs are one namespace, and a tenant must
-    not learn from a refused slug that another tenant keeps an app by that name."""
-    if tenant is not None and not slug.startswith(tenant["name"] + "-"):
-        raise unprocessable("app_slug_namespace", f"a private app of tenant {tenant['name']} is named "
-                            f"{tenant['name']}-<name>", prefix=tenant["name"] + "-")
+def check_slug(conn: psycopg.Connection, slug: str, tenant: dict | None) -> None:
+    """Slugs are one namespace, split by tenant: a private app's slug starts with its tenant's name and a dash, and a
+    platform app's with no tenant's name and a dash. Tenant names are prefix-free with respect to "-"
+    (iam.service.check_tenant_name), so a slug has at most one owning tenant, and only that tenant's publishers can
+    meet another app under it: a refused or taken slug tells nobody that another tenant keeps an app by that name.
+    The platform's refusal is the same whatever apps exist, and names no tenant."""
+    if tenant is not None:
+        if not slug.startswith(tenant["name"] + "-"):
+            raise unprocessable("app_slug_namespace", f"a private app of tenant {tenant['name']} is named "
+                                f"{tenant['name']}-<name>", prefix=tenant["name"] + "-")
+    elif conn.execute("SELECT 1 FROM tenants WHERE starts_with(%s, name || '-') LIMIT 1", (slug,)).fetchone():
+        raise unprocessable("app_slug_namespace", "a platform app's slug does not start with a tenant's name and a "
+                            "dash: those slugs are the tenant's private apps'", slug=slug)

@@ -93,11 +93,14 @@ def list_roles(caller: Caller):
 # --- tenants and projects -----------------------------------------------------------------------
 
 @api.post("/v1/tenants", operation_id="tenants_create", response_model=Tenant, status_code=201,
-          openapi_extra=docs.example({'name': 'acme', 'display_name': 'ACME Research'}))
+          openapi_extra=docs.example({'name': 'acme', 'display_name': 'ACME Research'}),
+          responses=errors.responses("tenant_name_namespace"))
 def create_tenant(body: TenantCreate, caller: Caller, db: DB):
-    """Create a tenant (platform administrators only)."""
+    """Create a tenant (platform administrators only). Its name is no existing tenant's name and a dash followed
+    by more, nor the start of one (409 tenant_name_namespace): private app slugs start with `<tenant name>-`."""
     caller.require("iam.tenant.create")
     with db.transaction() as conn:
+        service.check_tenant_name(conn, body.name)
         row = conn.execute("INSERT INTO tenants (name, display_name) VALUES (%s, %s) RETURNING *",
                            (body.name, body.display_name or body.name)).fetchone()
         audit.record(conn, caller, "iam.tenant.create", "tenant", row["id"], after=row,

@@ -21,6 +21,24 @@ def get_tenant(conn: psycopg.Connection, tenant_id: UUID) -> dict:
     return row
 
 
+def check_tenant_name(conn: psycopg.Connection, name: str) -> None:
+    """Tenant names are prefix-free with respect to "-" (docs/control-service.md "Publishers"): a private app's slug
+    starts with its tenant's name and a dash, and with no name a dash-prefix of another, a slug has at most one
+    owning tenant. Call it in the transaction that inserts the tenant: the table lock (SHARE ROW EXCLUSIVE conflicts
+    with itself and with every write to tenants, not with reads or foreign-key checks) makes concurrent creations
+    check one after the other, each seeing the names committed before it (read committed: a snapshot per
+    statement)."""
+    conn.execute("LOCK TABLE tenants IN SHARE ROW EXCLUSIVE MODE")
+    taken = conn.execute("""SELECT name FROM tenants
+                            WHERE starts_with(%(n)s, name || '-') OR starts_with(name, %(n)s || '-')
+                            ORDER BY name LIMIT 1""", {"n": name}).fetchone()
+    if taken is not None:
+        longer = max(name, taken["name"], key=len)
+        raise conflict("tenant_name_namespace", f"tenant names are prefix-free with respect to '-': {name} and the "
+                       f"tenant {taken['name']} would both own the private app slugs {longer}-*",
+                       name=name, conflicts_with=taken["name"])
+
+
 def get_project(conn: psycopg.Connection, project_id: UUID) -> dict:
     row = conn.execute("SELECT * FROM projects WHERE id = %s", (project_id,)).fetchone()
     if row is None:
