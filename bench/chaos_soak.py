@@ -443,18 +443,19 @@ class Soak:
         self.say(f"** undone {fault.kind} of {fault.host}")
 
     def running_op_owner(self) -> tuple[str, object] | None:
-        """A running operation of the soak and the live worker that holds its lease, from the database: of the
-        workers that hold one, the one that holds the fewest, so that a kill holds one instance's queue for a
-        lease rather than both when it can."""
+        """A running operation of the soak and the live worker that holds its lease, from the database: a worker
+        that holds no other, so that the kill holds one instance's queue for a lease, not both. None when none
+        runs, or while the only worker running them holds two (the fault is tried again 3 s later)."""
         pids = {w.pid: w for w in self.live_workers()}
         rows = self.sql("SELECT id::text, lease_owner FROM operations WHERE status = 'running' "
                         "AND instance_id = ANY(%s::uuid[]) ORDER BY seq", [list(self.instance_ids.values())])
         held = [(op_id, int(owner.split(":")[1])) for op_id, owner in rows or [] if owner and owner.count(":") >= 2]
         held = [(op_id, pid) for op_id, pid in held if pid in pids]
-        if not held:
-            return None
         count = Counter(pid for _, pid in held)
-        op_id, pid = min(held, key=lambda h: count[h[1]])
+        alone = [(op_id, pid) for op_id, pid in held if count[pid] == 1]
+        if not alone:
+            return None
+        op_id, pid = alone[0]
         return op_id, pids[pid]
 
     def sql(self, query: str, params: list | None = None) -> list | None:
