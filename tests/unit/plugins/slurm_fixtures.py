@@ -18,6 +18,22 @@ FIXTURES = Path(__file__).parent / "fixtures"
 INDEX = json.loads((FIXTURES / "index.json").read_text())
 
 
+# The recorded cluster's node (slurm_local.py) as slurm_info reports it while jobs run on it, in 22.05's text and
+# 24.11's JSON alike: the tests set running_jobs to what their recording holds.
+GPU01_MIXED = {
+    "name": "gpu01",
+    "state": "MIXED",
+    "cpus": 2,
+    "real_memory": 1000,
+    "gres": "gpu:2",
+    "features": ["a100", "test"],
+    "reason": "",
+    "reason_owner": None,
+    "partitions": ["gpu", "debug"],
+    "drained": False,
+}
+
+
 def text(name):
     return (FIXTURES / f"{name}.txt").read_text()
 

@@ -1,7 +1,7 @@
 """slurm_info on recorded output."""
 
 from ansible_collections.gpuaas.apps.plugins.modules import slurm_info
-from slurm_fixtures import ReplaySlurm, recorded, run_module
+from slurm_fixtures import GPU01_MIXED, ReplaySlurm, recorded, run_module
 
 
 def test_info_from_recorded_cluster():
@@ -34,21 +34,7 @@ def test_info_from_recorded_cluster():
             "total_cpus": 2,
         },
     ]
-    assert result["nodes"] == [
-        {
-            "name": "gpu01",
-            "state": "MIXED",
-            "cpus": 2,
-            "real_memory": 1000,
-            "gres": "gpu:2",
-            "features": ["a100", "test"],
-            "reason": "",
-            "reason_owner": None,
-            "partitions": ["gpu", "debug"],
-            "running_jobs": 2,
-            "drained": False,
-        },
-    ]
+    assert result["nodes"] == [dict(GPU01_MIXED, running_jobs=2)]
 
 
 def test_jobs_per_node_expands_host_lists():

@@ -6,7 +6,7 @@ import json
 import pytest
 from ansible_collections.gpuaas.apps.plugins.module_utils import slurm as su
 from ansible_collections.gpuaas.apps.plugins.modules import slurm_accounts, slurm_info, slurm_node
-from slurm_fixtures import ReplaySlurm, recorded, run_module, text
+from slurm_fixtures import GPU01_MIXED, ReplaySlurm, recorded, run_module, text
 
 RELEASE_24_11 = text("json_version").strip()
 # The fields the modules read from a node, in both formats.
@@ -50,21 +50,7 @@ def test_info_reads_nodes_and_jobs_as_json():
         release=RELEASE_24_11,
     )
     result = run_module(slurm_info.main, {"members": ["gpu01", "gone"]}, slurm).result
-    assert result["nodes"] == [
-        {
-            "name": "gpu01",
-            "state": "MIXED",
-            "cpus": 2,
-            "real_memory": 1000,
-            "gres": "gpu:2",
-            "features": ["a100", "test"],
-            "reason": "",
-            "reason_owner": None,
-            "partitions": ["gpu", "debug"],
-            "running_jobs": 1,
-            "drained": False,
-        },
-    ]
+    assert result["nodes"] == [dict(GPU01_MIXED, running_jobs=1)]
     assert result["member_states"] == {"gpu01": "active", "gone": "failed"}
 
 
