@@ -98,14 +98,15 @@ class SlurmRunner:
     # ---- reads used by more than one module ---------------------------------------------------------
     def nodes(self, name=None):
         """Every node (or the one named) as parse_node_line() gives it; [] when Slurm does not know the name."""
-        args = ["show", "node"] + ([name] if name else [])
+        which = ["node"] + ([name] if name else [])
         if self.reads_json():
-            return [json_node(n) for n in self.read_json("scontrol", args + ["--json"]).get("nodes", [])]
-        rc, out, err = self.run("scontrol", ["show", "-o"] + args[1:], check=False)
+            return [json_node(n) for n in self.read_json("scontrol", ["show"] + which + ["--json"]).get("nodes", [])]
+        args = ["show", "-o"] + which
+        rc, out, err = self.run("scontrol", args, check=False)
         if rc != 0:
             if name and node_not_found(out, err):
                 return []
-            raise SlurmError(["scontrol", "show", "-o"] + args[1:], rc, out, err)
+            raise SlurmError(["scontrol"] + args, rc, out, err)
         return parse_nodes(out)
 
     def show_node(self, name):
