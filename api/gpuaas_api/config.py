@@ -154,6 +154,17 @@ class GpuaasSettings(BaseSettings):
     # Registries (host[:port]) whose pulls this service authorizes (their token realm is
     # /v1/registry/token): a run of a workload from one of them gets a pull credential of its own.
     pull_credential_registries: Annotated[frozenset[str], NoDecode] = frozenset()
+    # Promotion gates (catalog/gates.py, docs/control-service.md "Promotion gates"): the checks a collection
+    # artifact's move to staged runs on its exact build (empty: staging checks nothing), whether a version's move
+    # to canary needs a passed smoke run (a deploy and a decommission on allocations the publisher names), how many
+    # successful canary instances a version needs before it may become active, and how long an artifact stays
+    # deprecated before it may be retired. A version may skip canary (draft -> active) only where neither a smoke
+    # run nor canary instances are required.
+    promotion_staging_checks: Annotated[tuple[Literal["descriptor", "ansible_lint", "ansible_test_sanity"], ...],
+                                        NoDecode] = ("descriptor", "ansible_lint", "ansible_test_sanity")
+    promotion_canary_smoke: bool = True
+    promotion_canary_instances: int = Field(1, ge=0, le=1000)
+    promotion_retire_grace_seconds: int = Field(7 * 86400, ge=0)
     # The site's own variables, added to every playbook run below the catalog's (where a release is mirrored,
     # a proxy): a mapping (a [site_vars] table in the file), or in the environment a JSON object or the path
     # of a YAML file holding one. Values may be Jinja over the run's other variables ("{{ rke2_version }}"):
@@ -235,6 +246,13 @@ class GpuaasSettings(BaseSettings):
         bad = [k for k, v in value.items() if v <= 0]
         if bad:
             raise ValueError(f"the timeout of {bad[0]} must be a positive number of seconds")
+        return value
+
+    @field_validator("promotion_staging_checks", mode="before")
+    @classmethod
+    def _checks(cls, value: Any) -> Any:
+        if isinstance(value, str):
+            return tuple(c.strip() for c in value.split(",") if c.strip())
         return value
 
     @field_validator("pull_credential_registries", mode="before")
@@ -416,6 +434,10 @@ class Settings:
     registry_token_issuer: str = _from_model("registry_token_issuer")
     metrics_enabled: bool = _from_model("metrics_enabled")
     metrics_allowed_networks: tuple[str, ...] = _from_model("metrics_allowed_networks")
+    promotion_staging_checks: tuple[str, ...] = _from_model("promotion_staging_checks")
+    promotion_canary_smoke: bool = _from_model("promotion_canary_smoke")
+    promotion_canary_instances: int = _from_model("promotion_canary_instances")
+    promotion_retire_grace_seconds: int = _from_model("promotion_retire_grace_seconds")
 
     @classmethod
     def from_model(cls, model: GpuaasSettings, **overrides: Any) -> Settings:
@@ -447,6 +469,10 @@ class OperationSettings:
     metering_interval_seconds: float = _from_model("metering_interval_seconds")
     metering_settle_seconds: float = _from_model("metering_settle_seconds")
     site_vars: dict[str, Any] = _from_model("site_vars")
+    promotion_staging_checks: tuple[str, ...] = _from_model("promotion_staging_checks")
+    promotion_canary_smoke: bool = _from_model("promotion_canary_smoke")
+    promotion_canary_instances: int = _from_model("promotion_canary_instances")
+    promotion_retire_grace_seconds: int = _from_model("promotion_retire_grace_seconds")
 
     @classmethod
     def from_model(cls, model: GpuaasSettings, **overrides: Any) -> OperationSettings:
