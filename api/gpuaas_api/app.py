@@ -32,13 +32,14 @@ from .observability.middleware import ObservabilityMiddleware
 from .operations.routes import api as operations_api
 from .policy.routes import api as policy_api
 from .registry.routes import api as registry_api
+from .registry.tenant_routes import api as tenant_registries_api
 from .scheduler.routes import api as scheduler_api
 from .sharing.routes import api as sharing_api
 
 log = logging.getLogger(__name__)
 
 ROUTERS = [iam_api, catalog_api, policy_api, allocations_api, instances_api, operations_api, audit_api, admin_api,
-           content_api, registry_api, scheduler_api, access_api, sharing_api, usage_api]
+           content_api, registry_api, scheduler_api, access_api, sharing_api, usage_api, tenant_registries_api]
 
 
 class Health(BaseModel):

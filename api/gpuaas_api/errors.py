@@ -52,6 +52,9 @@ ERROR_CODES: dict[str, int] = {
     "artifact_not_canary": 409,
     # publishers: a tenant's private app is named <tenant name>-<name>
     "app_slug_namespace": 422,
+    # tenant-private registries: an allowlisted host, not the platform's own, its images for the tenant's apps alone
+    "registry_not_allowlisted": 422, "registry_host_reserved": 422, "registry_tenant_private": 422,
+    "tenant_registry_unavailable": 422,
     # policy and allocations
     "overlay_widens_policy": 409, "missing_scope": 422, "allocation_in_use": 409, "host_registered_elsewhere": 409,
     # instances
@@ -90,6 +93,7 @@ ErrorCode = Literal[
     "artifact_digest_mismatch", "artifact_mismatch", "artifact_retired", "invalid_digest", "reference_not_pinned",
     "illegal_transition", "unknown_state", "workload_artifact_kind", "workload_artifact_required",
     "workload_not_declared", "invalid_parameters", "artifact_not_canary", "app_slug_namespace",
+    "registry_not_allowlisted", "registry_host_reserved", "registry_tenant_private", "tenant_registry_unavailable",
     "overlay_widens_policy", "missing_scope",
     "allocation_in_use", "host_registered_elsewhere", "not_entitled", "policy_denied", "version_not_usable",
     "artifact_not_active", "compatibility_refused", "host_in_use", "host_taken", "no_free_host", "role_at_max",

@@ -27,6 +27,8 @@ LOCATIONS: dict[str, str] = {
     "jobs_submit": "/v1/instances/{instance_id}/jobs/{id}",
     "attachments_create": "/v1/instances/{instance_id}/attachments/{project_id}",
     "submit_grants_create": "/v1/instances/{instance_id}/submit-grants/{id}",
+    "registry_allowlist_add": "/v1/registries/allowlist/{host}",
+    "tenant_registries_create": "/v1/tenants/{tenant_id}/registries/{id}",
     **{op: OPERATION for op in (
         "instances_deploy", "instances_reconfigure", "instances_upgrade", "instances_rollback",
         "instances_decommission", "instances_refresh", "members_add", "members_drain", "members_resume",

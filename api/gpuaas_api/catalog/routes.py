@@ -14,7 +14,9 @@ from ..deps import DB, Caller, CursorParam, LimitParam, router
 from ..errors import unprocessable
 from ..iam.service import get_tenant
 from ..location import LocatedRoute
+from ..registry import tenant as tenant_registries
 from . import scope, service
+from .rules import parse_reference
 from .schemas import (
     App,
     AppCreate,
@@ -82,7 +84,11 @@ def create_artifact(slug: SlugPath, body: ArtifactCreate, caller: Caller, db: DB
     """Register a signed artifact (a collection build) of an app, in the app's catalog (its publishers); it starts
     in the draft state until verified."""
     with db.transaction() as conn:
-        scope.require_publish(caller, scope.app_for(conn, caller, slug)["tenant_id"])
+        app_tenant_id = scope.app_for(conn, caller, slug)["tenant_id"]
+        scope.require_publish(caller, app_tenant_id)
+        if body.kind == "oci":
+            # An image of a tenant's private registry backs that tenant's private apps alone (422 otherwise).
+            tenant_registries.check_artifact(conn, parse_reference(body.reference).registry, app_tenant_id)
     if body.kind == "collection":
         # A collection artifact is runnable content: its build must be in the content store first.
         digest = body.reference.rpartition("@")[2]

@@ -29,6 +29,7 @@ from ..errors import not_found, unprocessable
 from ..health.verdict import HostAnswer, MemberView, Verdict, judge
 from ..instances import inventory
 from ..registry import credentials
+from ..registry import tenant as tenant_registries
 from ..secrets import service as secrets
 
 # Members that take part in a run: live ones, plus the operation's own targets (a joining or a
@@ -119,6 +120,11 @@ def build(conn: psycopg.Connection, settings: OperationSettings, op: dict, insta
         plan.secret_vars[workload.pull_credential_variable] = credentials.issue(
             conn, instance, op["id"], version["workload_artifact_registry"],
             version["workload_artifact_repository"], ttl_seconds=settings.timeouts[kind])
+    elif workload and workload.pull_credential_variable:
+        # The image may be in a private registry of the instance's own tenant (registry/tenant.py): its credentials.
+        pull = tenant_registries.run_credential(conn, settings, instance, version, op.get("id"))
+        if pull:
+            plan.secret_vars[workload.pull_credential_variable] = pull
     plan.secret_strings = [t for v in plan.secret_vars.values() for t in secrets.secret_strings(v)]
     return plan
 

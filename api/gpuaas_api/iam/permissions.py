@@ -68,6 +68,8 @@ ROLES: dict[str, Role] = {r.name: r for r in [
              "policy.entitlement.read", "policy.entitlement.write",
              # audit.platform.read: the platform's own audit rows; tenants' rows need break-glass.
              "policy.overlay.read", "policy.overlay.write", "audit.platform.read", "platform.break_glass",
+             # which registry hosts tenants may register as their private registries (registry/tenant.py)
+             "registries.allowlist.manage",
          })),
     Role("tenant_admin", ("tenant",), ("user",),
          "Manages projects, users, service accounts, policy overlays, app instances and private apps in one tenant.",
@@ -79,6 +81,8 @@ ROLES: dict[str, Role] = {r.name: r for r in [
              "apps.shared_runtime.manage",
              # which of the tenant's projects may use the tenant's private apps (platform apps: platform admins)
              "policy.entitlement.private.write",
+             # the tenant's private registries (an allowlisted host and its credentials) for its private apps' images
+             "registries.tenant.read", "registries.tenant.write",
          }) | USAGE),
     Role("project_admin", ("project",), ("user",),
          "Manages app instances, topology, service accounts and overlays inside one project.",
