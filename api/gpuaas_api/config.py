@@ -18,6 +18,7 @@ import dataclasses
 import ipaddress
 import json
 import os
+import re
 import tomllib
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -154,6 +155,9 @@ class GpuaasSettings(BaseSettings):
     # Registries (host[:port]) whose pulls this service authorizes (their token realm is
     # /v1/registry/token): a run of a workload from one of them gets a pull credential of its own.
     pull_credential_registries: Annotated[frozenset[str], NoDecode] = frozenset()
+    # URL prefixes (http:// or https://, each ending in "/"; comma-separated in the environment) a file artifact
+    # may name as its source instead of the content store: its hosts fetch it from there and verify its digest.
+    file_artifact_sources: Annotated[tuple[str, ...], NoDecode] = ()
     # Promotion gates (catalog/gates.py, docs/control-service.md "Promotion gates"): the checks a collection
     # artifact's move to staged runs on its exact build (empty: staging checks nothing), whether a version's move
     # to canary needs a passed smoke run (a deploy and a decommission on allocations the publisher names), how many
@@ -260,6 +264,18 @@ class GpuaasSettings(BaseSettings):
     def _registries(cls, value: Any) -> Any:
         if isinstance(value, str):
             return frozenset(r.strip() for r in value.split(",") if r.strip())
+        return value
+
+    @field_validator("file_artifact_sources", mode="before")
+    @classmethod
+    def _file_sources(cls, value: Any) -> Any:
+        if isinstance(value, str):
+            value = tuple(p.strip() for p in value.split(",") if p.strip())
+        bad = [p for p in value if not isinstance(p, str) or not re.fullmatch(r"https?://[^\s/@?#]+/[^\s?#]*", p)
+               or not p.endswith("/")]
+        if bad:
+            raise ValueError(f"each prefix must be an http:// or https:// URL ending in '/' (no user, query or "
+                             f"fragment): {bad}")
         return value
 
     @field_validator("site_vars", mode="before")
@@ -438,6 +454,7 @@ class Settings:
     promotion_canary_smoke: bool = _from_model("promotion_canary_smoke")
     promotion_canary_instances: int = _from_model("promotion_canary_instances")
     promotion_retire_grace_seconds: int = _from_model("promotion_retire_grace_seconds")
+    file_artifact_sources: tuple[str, ...] = _from_model("file_artifact_sources")
 
     @classmethod
     def from_model(cls, model: GpuaasSettings, **overrides: Any) -> Settings:
@@ -459,6 +476,7 @@ class OperationSettings:
     max_open_operations_per_project: int = _from_model("max_open_operations_per_project")
     timeouts: dict[str, int] = _from_model("timeouts")
     pull_credential_registries: frozenset[str] = _from_model("pull_credential_registries")
+    file_artifact_sources: tuple[str, ...] = _from_model("file_artifact_sources")
     worker_metrics_port: int | None = _from_model("worker_metrics_port")
     worker_metrics_host: str = _from_model("worker_metrics_host")
     health_interval_seconds: float = _from_model("health_interval_seconds")

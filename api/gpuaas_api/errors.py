@@ -52,6 +52,12 @@ ERROR_CODES: dict[str, int] = {
     "artifact_not_canary": 409,
     # publishers: a tenant's private app is named <tenant name>-<name>
     "app_slug_namespace": 422,
+    # promotion gates: a move by hand that a gate makes (gate_required); a canary version with too few successful
+    # canary instances to become active
+    "gate_required": 409, "canary_instances_short": 409,
+    # file artifacts: a source outside the operator's allowlist; a version's files against its adapter's `files:`
+    "file_source_not_allowed": 422, "file_artifact_required": 422, "file_not_declared": 422,
+    "file_artifact_kind": 422,
     # tenant-private registries: an allowlisted host, not the platform's own, its images for the tenant's apps alone
     "registry_not_allowlisted": 422, "registry_host_reserved": 422, "registry_tenant_private": 422,
     "tenant_registry_unavailable": 422,
@@ -93,6 +99,8 @@ ErrorCode = Literal[
     "artifact_digest_mismatch", "artifact_mismatch", "artifact_retired", "invalid_digest", "reference_not_pinned",
     "illegal_transition", "unknown_state", "workload_artifact_kind", "workload_artifact_required",
     "workload_not_declared", "invalid_parameters", "artifact_not_canary", "app_slug_namespace",
+    "gate_required", "canary_instances_short",
+    "file_source_not_allowed", "file_artifact_required", "file_not_declared", "file_artifact_kind",
     "registry_not_allowlisted", "registry_host_reserved", "registry_tenant_private", "tenant_registry_unavailable",
     "overlay_widens_policy", "missing_scope",
     "allocation_in_use", "host_registered_elsewhere", "not_entitled", "policy_denied", "version_not_usable",

@@ -136,6 +136,29 @@ class WorkloadSpec(Strict):
         "its registry); absent otherwise")
 
 
+# An absolute path in a container, made of plain names (no `.` or `..` component, no `:`, `,` or spaces).
+ContainerPath = Annotated[str, StringConstraints(max_length=255, pattern=r"^(/[A-Za-z0-9_][A-Za-z0-9._-]*)+$")]
+
+
+class FileNeed(Strict):
+    """One file the app's runs need, by a name of the adapter's: each version pins a `file` artifact for it."""
+    required: bool = Field(default=True, description="a version that pins no file for it is refused")
+    mount: ContainerPath | None = Field(default=None, description="where the app's workload sees the file, "
+                                        "read-only (an OCI app mounts it there); none: the playbook uses its path")
+    description: Text = ""
+
+
+class FilesSpec(Strict):
+    """Files addressed by digest (model weights, a data set, a script) that every run places on the hosts: each
+    version pins a `file` artifact per name of `needs`, and each run gets, in `variable`, a mapping of those names
+    to {name, digest, size, media_type, path, mount, src | url}: `path` the content-addressed place on the host
+    (computed from the digest, never from tenant values), `src` the worker's verified copy on the control node
+    (content-store files) or `url` the source the hosts fetch it from. The collection verifies the digest on the
+    host before it uses the file."""
+    variable: VariableName
+    needs: dict[VariableName, FileNeed] = Field(min_length=1, max_length=16)
+
+
 class SchedulerSpec(Strict):
     """How the runtime serves the tenant-facing jobs and nodes routes (docs/scheduler.md): a gateway the app's
     collection runs on the first serving host of `role`, listening on `port`, speaking the platform's one
@@ -179,6 +202,8 @@ class AdapterSpec(Strict):
         default_factory=dict, max_length=16, description="runtime access credentials a tenant may fetch by name")
     workload: WorkloadSpec | None = Field(default=None, description="the artifact each version pins for the "
                                           "app to run (e.g. its OCI image); none for apps that are only a collection")
+    files: FilesSpec | None = Field(default=None, description="files by digest the version pins and every run "
+                                    "places on the hosts (file artifacts)")
     scheduler: SchedulerSpec | None = Field(default=None, description="the jobs and nodes routes' gateway")
     access: AccessSpec | None = Field(default=None, description="runtime identities and logins for the "
                                       "project's people (needs actions.access_sync)")
@@ -214,9 +239,9 @@ class AdapterSpec(Strict):
         problems += self._runtime_access_problems(names)
         platform_vars = self.platform_variables()
         if len(platform_vars) != (len(self.secrets) + len(self.target_variables()) + len(self.workload_variables())
-                                  + (1 if self.access else 0)):
-            problems.append("the secrets, target variables, workload variables and access variable must have "
-                            "distinct names")
+                                  + (1 if self.access else 0) + (1 if self.files else 0)):
+            problems.append("the secrets, target variables, workload variables, access variable and files variable "
+                            "must have distinct names")
         for name in platform_vars:
             if (why := parameters.name_problem(name, set())) is not None:
                 problems.append(f"variable {name!r} {why}")
@@ -267,10 +292,10 @@ class AdapterSpec(Strict):
         return {v for v in self.targets.model_dump().values() if v}
 
     def platform_variables(self) -> set[str]:
-        """Variables the platform sets for a run: operation targets, secrets, the workload artifact and the
-        access map."""
+        """Variables the platform sets for a run: operation targets, secrets, the workload artifact, the access
+        map and the files."""
         return (self.target_variables() | set(self.secrets) | self.workload_variables()
-                | ({self.access.variable} if self.access else set()))
+                | ({self.access.variable} if self.access else set()) | ({self.files.variable} if self.files else set()))
 
     def workload_variables(self) -> set[str]:
         w = self.workload

@@ -10,12 +10,13 @@ from ..common import Page, Slug, decode_cursor, page_of
 from ..content.routes import content_store
 from ..content.routes import readable as content_readable
 from ..content.store import InvalidDigest
-from ..deps import DB, Caller, CursorParam, LimitParam, router
+from ..deps import DB, AppSettings, Caller, CursorParam, LimitParam, get_operation_settings, router
 from ..errors import unprocessable
 from ..iam.service import get_tenant
 from ..location import LocatedRoute
 from ..registry import tenant as tenant_registries
-from . import scope, service
+from . import scope, service, smoke
+from .files import check_source, parse_file_reference
 from .rules import parse_reference
 from .schemas import (
     App,
@@ -24,6 +25,8 @@ from .schemas import (
     ArtifactCreate,
     ArtifactStatus,
     ArtifactTransition,
+    Gate,
+    SmokeGateCreate,
     Version,
     VersionCreate,
     VersionString,
@@ -78,19 +81,27 @@ def get_app(slug: SlugPath, caller: Caller, db: DB):
                                       'reference': 'sha256:5f70bf18a086007016e948b04aed3b82'
                                                    '103a36bea41755b6cddfaf10ace3c6ef'}),
           responses=errors.responses("invalid_digest", "artifact_content_missing", "reference_not_pinned",
-                                     "invalid_reference"),
+                                     "invalid_reference", "file_source_not_allowed"),
           response_model=Artifact, status_code=201)
-def create_artifact(slug: SlugPath, body: ArtifactCreate, caller: Caller, db: DB, request: Request):
-    """Register a signed artifact (a collection build) of an app, in the app's catalog (its publishers); it starts
-    in the draft state until verified."""
+def create_artifact(slug: SlugPath, body: ArtifactCreate, caller: Caller, db: DB, request: Request,
+                    settings: AppSettings):
+    """Register a signed artifact (a collection build, an image, a file by digest) of an app, in the app's catalog
+    (its publishers); it starts in the draft state until verified. A file artifact (`<name>@sha256:<hex>`) is in
+    the content store, or behind a `source` URL under a prefix the operator allows."""
     with db.transaction() as conn:
         app_tenant_id = scope.app_for(conn, caller, slug)["tenant_id"]
         scope.require_publish(caller, app_tenant_id)
         if body.kind == "oci":
             # An image of a tenant's private registry backs that tenant's private apps alone (422 otherwise).
             tenant_registries.check_artifact(conn, parse_reference(body.reference).registry, app_tenant_id)
-    if body.kind == "collection":
-        # A collection artifact is runnable content: its build must be in the content store first.
+    file = None
+    if body.kind == "file":
+        parse_file_reference(body.reference)
+        file = {"media_type": body.media_type or "application/octet-stream", "size": body.size}
+        if body.source:
+            file["source"] = check_source(body.source, settings.file_artifact_sources)
+    if body.kind == "collection" or (body.kind == "file" and not body.source):
+        # A collection artifact is runnable content, a file one the bytes its runs place: in the content store first.
         digest = body.reference.rpartition("@")[2]
         try:
             stored = content_store(request.app).has(digest)
@@ -104,10 +115,12 @@ def create_artifact(slug: SlugPath, body: ArtifactCreate, caller: Caller, db: DB
                 stored = content_readable(conn, caller, digest)
         if not stored:
             raise unprocessable("artifact_content_missing", f"the content store has no {digest}: upload the "
-                                "collection build first (PUT /v1/content/{digest}, or gpuaas apps publish)",
-                                digest=digest)
+                                f"{body.kind} first (PUT /v1/content/{{digest}}, gpuaas apps publish or gpuaas "
+                                "artifacts upload-file)", digest=digest)
+        if file is not None:
+            file["size"] = content_store(request.app).size(digest)
     with db.transaction() as conn:
-        return service.create_artifact(conn, caller, slug, body.kind, body.reference, body.signer_public_key)
+        return service.create_artifact(conn, caller, slug, body.kind, body.reference, body.signer_public_key, file)
 
 
 @api.get("/v1/catalog/apps/{slug}/artifacts", operation_id="catalog_artifacts_list", response_model=Page[Artifact])
@@ -157,7 +170,8 @@ def transition_artifact(artifact_id: UUID, body: ArtifactTransition, caller: Cal
                                                               'decommission': 'example.hpc.decommission'},
                                                   'targets': {'members': 'hpc_members'}}}),
           responses=errors.responses("artifact_mismatch", "artifact_retired", "workload_artifact_kind",
-                                     "workload_artifact_required", "workload_not_declared", "invalid_parameters"),
+                                     "workload_artifact_required", "workload_not_declared", "invalid_parameters",
+                                     "file_artifact_required", "file_not_declared", "file_artifact_kind"),
           response_model=Version, status_code=201)
 def create_version(slug: SlugPath, body: VersionCreate, caller: Caller, db: DB):
     """Publish a version of an app (the app's publishers): its adapter spec, the artifact it runs, and its
@@ -191,11 +205,38 @@ def get_version(slug: SlugPath, version: VersionPath, caller: Caller, db: DB):
 @api.post("/v1/catalog/apps/{slug}/versions/{version}/transitions", operation_id="catalog_versions_transition",
           openapi_extra=docs.example({'to': 'active', 'reason': 'canary ran a week without incident'}),
           responses=errors.responses("illegal_transition", "unknown_state", "no_active_version",
-                                     "artifact_not_active", "artifact_not_canary"),
+                                     "artifact_not_active", "artifact_not_canary", "gate_required",
+                                     "canary_instances_short"),
           response_model=Version)
-def transition_version(slug: SlugPath, version: VersionPath, body: VersionTransition, caller: Caller, db: DB):
-    """Publish (draft → active, only while the artifact is active) or deprecate a version (the app's
-    publishers). Audited."""
+def transition_version(slug: SlugPath, version: VersionPath, body: VersionTransition, caller: Caller, db: DB,
+                       settings: AppSettings):
+    """Move a version (the app's publishers; audited): draft → canary is the smoke gate's (POST .../gates),
+    canary → active needs the operator's number of successful canary instances, draft → active only where
+    neither is required; deprecate. `skip_gates`: a platform admin's move past them, recorded."""
     with db.transaction() as conn:
         scope.require_publish(caller, scope.app_for(conn, caller, slug)["tenant_id"])
-        return service.transition_version(conn, caller, slug, version, body.to, body.reason)
+        return service.transition_version(conn, caller, slug, version, body.to, body.reason, gates=settings,
+                                          skip_gates=body.skip_gates)
+
+
+@api.post("/v1/catalog/apps/{slug}/versions/{version}/gates", operation_id="catalog_versions_gates_start",
+          openapi_extra=docs.example({'kind': 'smoke', 'project_id': '4d3c2b1a-0f9e-4d8c-b7a6-5f4e3d2c1b0a',
+                                      'allocation_ids': ['0e1d2c3b-4a59-4687-a5b4-c3d2e1f0a9b8'],
+                                      'topology': [{'role': 'replica', 'count': 1}],
+                                      'reason': 'smoke run before canary'}),
+          responses=errors.responses("illegal_transition", "artifact_not_canary", "not_entitled", "policy_denied",
+                                     "compatibility_refused", "quota_exceeded", "host_in_use", "invalid_parameters",
+                                     "allocation.unknown", "version_not_usable"),
+          response_model=Gate, status_code=202)
+def start_version_gate(slug: SlugPath, version: VersionPath, body: SmokeGateCreate, caller: Caller, db: DB,
+                       settings: AppSettings, request: Request):
+    """Start the smoke gate of a draft version (the app's publishers, who also create, deploy and decommission
+    instances in the project named): one instance of it on the allocations named, deployed and then
+    decommissioned through the ordinary operation path; a pass makes the version canary. An open smoke gate of
+    the version is returned rather than a second. Follow it at GET /v1/catalog/gates/{id}."""
+    with db.transaction() as conn:
+        app = scope.app_for(conn, caller, slug)
+        scope.require_publish(caller, app["tenant_id"])
+        return smoke.start(conn, caller, app, service.get_version(conn, slug, version), body,
+                           max_instances=settings.max_instances_per_project,
+                           operation_settings=get_operation_settings(request))

@@ -18,10 +18,19 @@ from pydantic import (
 )
 
 from ..common import Reason
-from .adapter import AdapterSpec, AppInfo, Compatibility, RoleName, VersionString  # noqa: F401 (RoleName: re-exported)
+from .adapter import (  # noqa: F401 (RoleName: re-exported)
+    AdapterSpec,
+    AppInfo,
+    Compatibility,
+    MediaType,
+    RoleName,
+    VariableName,
+    VersionString,
+)
 
 # collection: an Ansible collection build, its content in the platform's content store
-ArtifactKind = Literal["oci", "launchable", "controller", "collection"]
+# file: a file by digest (`<name>@sha256:<hex>`), in the content store or behind an allowlisted source URL
+ArtifactKind = Literal["oci", "launchable", "controller", "collection", "file"]
 ArtifactStatus = Literal["draft", "staged", "canary", "active", "deprecated", "retired"]
 ReferenceString = Annotated[str, StringConstraints(min_length=1, max_length=600, pattern=r"^[\x21-\x7e]+$")]
 
@@ -66,6 +75,19 @@ class ArtifactCreate(Strict):
     signer_public_key: str | None = Field(
         default=None, max_length=8192, description="PEM public key the artifact's sigstore signature must verify "
         "with; hosts that pull it enforce it (containers policy.json sigstoreSigned)")
+    source: str | None = Field(default=None, max_length=2048, description="file: the URL the hosts fetch the bytes "
+                               "from, under a prefix of the operator's file_artifact_sources; absent: the content "
+                               "store holds them (PUT /v1/content/{digest} first)")
+    size: int | None = Field(default=None, ge=0, description="file with a source: its size in bytes, if known "
+                             "(hosts refuse more); a content-store file's is the stored size")
+    media_type: MediaType | None = Field(default=None, description="file: what the bytes are, e.g. "
+                                         "application/octet-stream")
+
+    @model_validator(mode="after")
+    def _file_fields(self):
+        if self.kind != "file" and (self.source or self.size is not None or self.media_type):
+            raise ValueError("source, size and media_type are for file artifacts")
+        return self
 
     @field_validator("signer_public_key")
     @classmethod
@@ -88,6 +110,9 @@ class Artifact(BaseModel):
     digest: str
     status: str
     signer_public_key: str | None = None
+    size: int | None = None
+    media_type: str | None = None
+    source: str | None = None
     created_at: datetime
     updated_at: datetime
 
@@ -97,6 +122,8 @@ class VersionCreate(Strict):
     artifact_id: UUID = Field(description="the collection build every run of this version executes")
     workload_artifact_id: UUID | None = Field(default=None, description="the artifact the app runs (its OCI image, "
                                               "by digest): required when the adapter declares a workload")
+    files: dict[VariableName, UUID] = Field(default_factory=dict, max_length=16, description="the file artifact "
+                                            "for each name of the adapter's files section (every required one)")
     compatibility: Compatibility | None = Field(default=None, description="default: the adapter's compatibility")
     runtime_profile: JsonObject = Field(default_factory=dict,
                                         description="image, ports, env, resources; never secret values")
@@ -110,6 +137,16 @@ class VersionCreate(Strict):
         return self
 
 
+class PinnedFile(BaseModel):
+    artifact_id: UUID
+    reference: str
+    digest: str
+    status: str
+    size: int | None = None
+    media_type: str | None = None
+    source: str | None = None
+
+
 class Version(BaseModel):
     id: UUID
     app_slug: str
@@ -120,6 +157,8 @@ class Version(BaseModel):
     workload_artifact_id: UUID | None = None
     workload_artifact_reference: str | None = None
     workload_artifact_status: str | None = None
+    files: dict[str, PinnedFile] = Field(default_factory=dict, description="the file artifacts the version pins, "
+                                         "by the adapter's names")
     compatibility: Compatibility
     runtime_profile: dict[str, Any]
     adapter: AdapterSpec
@@ -146,3 +185,45 @@ class ArtifactTransition(Strict):
 class VersionTransition(Strict):
     to: Literal["draft", "canary", "active", "deprecated"]
     reason: Reason
+    skip_gates: bool = Field(default=False, description="move past the gates this move answers to (smoke run, "
+                             "canary instances): apps.catalog.gates.skip (platform admins), recorded as gate.skipped")
+
+
+class SmokeRole(Strict):
+    role: RoleName
+    count: int = Field(ge=0, le=1024)
+
+
+class SmokeGateCreate(Strict):
+    """A smoke run of a draft version: one instance of it on the named allocations of a project, deployed and
+    decommissioned through the ordinary operation path; a pass makes the version canary."""
+    kind: Literal["smoke"] = "smoke"
+    project_id: UUID = Field(description="the project the smoke instance lives in (the caller creates, deploys and "
+                             "decommissions instances there, and the project is entitled to the app)")
+    allocation_ids: list[UUID] = Field(min_length=1, max_length=64, description="the project's allocations the "
+                                       "smoke instance is placed on")
+    topology: list[SmokeRole] = Field(default_factory=list, max_length=16,
+                                      description="count per role; absent roles get the adapter minimum")
+    parameters: JsonObject = Field(default_factory=dict, description="the smoke instance's parameters, checked "
+                                   "against the version's schema; never secret values")
+    reason: Reason
+
+
+class Gate(BaseModel):
+    """One run of the checks a promotion step needs (docs/control-service.md "Promotion gates")."""
+    id: UUID
+    kind: Literal["staging", "smoke"]
+    app_slug: str
+    artifact_id: UUID
+    app_version_id: UUID | None = None
+    status: Literal["queued", "running", "passed", "failed"]
+    checks: list[dict[str, Any]] = Field(default_factory=list)
+    smoke: dict[str, Any] | None = Field(default=None, description="smoke: what the publisher named and what ran "
+                                         "(the instance, its operations and their outcomes)")
+    reason: str | None = None
+    correlation_id: str
+    requested_by_kind: str
+    requested_by: UUID | None = None
+    created_at: datetime
+    started_at: datetime | None = None
+    finished_at: datetime | None = None

@@ -13,7 +13,15 @@ from psycopg.types.json import Jsonb
 from ..audit import service as audit
 from ..errors import conflict, not_found, unprocessable
 from ..iam.auth import Principal
-from .rules import ARTIFACT_TRANSITIONS, VERSION_NEEDS, VERSION_TRANSITIONS, check_transition, parse_reference
+from . import events, files
+from .rules import (
+    ARTIFACT_TRANSITIONS,
+    VERSION_NEEDS,
+    VERSION_TRANSITIONS,
+    check_transition,
+    parse_reference,
+    version_gate,
+)
 
 VERSION_SELECT = """
 SELECT v.*, a.reference AS artifact_reference, a.status AS artifact_status, a.registry AS artifact_registry,
@@ -21,7 +29,11 @@ SELECT v.*, a.reference AS artifact_reference, a.status AS artifact_status, a.re
        w.reference AS workload_artifact_reference, w.status AS workload_artifact_status,
        w.registry AS workload_artifact_registry, w.repository AS workload_artifact_repository,
        w.digest AS workload_artifact_digest, w.signer_public_key AS workload_signer_public_key,
-       m.tenant_id AS app_tenant_id
+       m.tenant_id AS app_tenant_id,
+       (SELECT coalesce(jsonb_object_agg(vf.name, jsonb_build_object(
+                   'artifact_id', f.id, 'reference', f.reference, 'digest', f.digest, 'status', f.status,
+                   'size', f.size, 'media_type', f.media_type, 'source', f.source)), '{}'::jsonb)
+          FROM version_files vf JOIN artifacts f ON f.id = vf.artifact_id WHERE vf.version_id = v.id) AS files
   FROM app_versions v JOIN artifacts a ON a.id = v.artifact_id
   JOIN app_manifests m ON m.slug = v.app_slug
   LEFT JOIN artifacts w ON w.id = v.workload_artifact_id
@@ -51,11 +63,12 @@ def _context(slug: str, tenant_id: UUID | None) -> dict:
 
 
 def version_artifacts(version: dict) -> list[tuple[str, str]]:
-    """(reference, status) of every artifact a version stands on: its collection build and, for an app
-    with a workload, the workload's artifact."""
+    """(reference, status) of every artifact a version stands on: its collection build, for an app
+    with a workload the workload's artifact, and its files."""
     pinned = [(version["artifact_reference"], version["artifact_status"])]
     if version.get("workload_artifact_id"):
         pinned.append((version["workload_artifact_reference"], version["workload_artifact_status"]))
+    pinned += [(f["reference"], f["status"]) for f in (version.get("files") or {}).values()]
     return pinned
 
 
@@ -121,13 +134,23 @@ def create_app(conn, actor: Principal, body) -> dict:
 
 
 def create_artifact(conn, actor: Principal, slug: str, kind: str, reference: str,
-                    signer_public_key: str | None = None) -> dict:
+                    signer_public_key: str | None = None, file: dict | None = None) -> dict:
+    """An artifact in draft; `file` ({size, media_type, source}) for a file artifact, whose reference is
+    `<name>@sha256:<hex>` (registry '', repository its name)."""
     app = get_app(conn, slug)
-    ref = parse_reference(reference)
+    if kind == "file":
+        name, digest = files.parse_file_reference(reference)
+        registry, repository = "", name
+    else:
+        ref = parse_reference(reference)
+        registry, repository, digest = ref.registry, ref.repository, ref.digest
+    file = file or {}
     row = conn.execute(
-        """INSERT INTO artifacts (app_slug, kind, reference, registry, repository, digest, signer_public_key)
-           VALUES (%s, %s, %s, %s, %s, %s, %s) RETURNING *""",
-        (slug, kind, reference, ref.registry, ref.repository, ref.digest, signer_public_key),
+        """INSERT INTO artifacts (app_slug, kind, reference, registry, repository, digest, signer_public_key,
+                                  size, media_type, source)
+           VALUES (%s, %s, %s, %s, %s, %s, %s, %s, %s, %s) RETURNING *""",
+        (slug, kind, reference, registry, repository, digest, signer_public_key, file.get("size"),
+         file.get("media_type"), file.get("source")),
     ).fetchone()
     audit.record(conn, actor, "apps.catalog.artifact.create", "artifact", row["id"],
                  after=row | publication(actor, app["tenant_id"], row["digest"]),
@@ -143,9 +166,11 @@ def transition_artifact(conn, actor: Principal, artifact_id: UUID, target: str, 
         users = conn.execute(
             """SELECT count(*) AS n FROM app_instances i
                 WHERE i.deleted_at IS NULL AND EXISTS (
-                      SELECT 1 FROM app_versions v WHERE %s IN (v.artifact_id, v.workload_artifact_id)
+                      SELECT 1 FROM app_versions v WHERE (%s IN (v.artifact_id, v.workload_artifact_id)
+                             OR EXISTS (SELECT 1 FROM version_files vf WHERE vf.version_id = v.id
+                                           AND vf.artifact_id = %s))
                          AND v.id IN (i.app_version_id, i.previous_version_id))""",
-            (artifact_id,),
+            (artifact_id, artifact_id),
         ).fetchone()["n"]
         if users:
             raise conflict("artifact_in_use", f"artifact is referenced by {users} instance(s) (running it or "
@@ -164,8 +189,10 @@ def transition_artifact(conn, actor: Principal, artifact_id: UUID, target: str, 
         was, now = follow
         for version in conn.execute(
             """UPDATE app_versions SET status = %s, updated_at = now()
-                WHERE %s IN (artifact_id, workload_artifact_id) AND status = %s RETURNING id, version""",
-            (now, artifact_id, was),
+                WHERE (%s IN (artifact_id, workload_artifact_id)
+                       OR id IN (SELECT version_id FROM version_files WHERE artifact_id = %s))
+                  AND status = %s RETURNING id, version""",
+            (now, artifact_id, artifact_id, was),
         ).fetchall():
             audit.record(conn, actor, "apps.catalog.version.transition", "app_version", version["id"],
                          before={"status": was}, after={"status": now},
@@ -198,6 +225,7 @@ def create_version(conn, actor: Principal, slug: str, body) -> dict:
         if pinned["kind"] != workload.artifact_kind:
             raise unprocessable("workload_artifact_kind", f"the workload artifact is of kind {pinned['kind']}; the "
                                 f"adapter runs {workload.artifact_kind}", kind=pinned["kind"])
+    pinned_files = files.version_files(conn, slug, body.adapter, body.files)
     row = conn.execute(
         """INSERT INTO app_versions (app_slug, version, artifact_id, workload_artifact_id, compatibility,
                runtime_profile, adapter)
@@ -205,29 +233,97 @@ def create_version(conn, actor: Principal, slug: str, body) -> dict:
         (slug, body.version, body.artifact_id, body.workload_artifact_id, Jsonb(body.compatibility.model_dump()),
          Jsonb(body.runtime_profile), Jsonb(body.adapter.model_dump())),
     ).fetchone()
+    for name, artifact in pinned_files.items():
+        conn.execute("INSERT INTO version_files (version_id, name, artifact_id) VALUES (%s, %s, %s)",
+                     (row["id"], name, artifact["id"]))
     version = get_version_by_id(conn, row["id"])
     audit.record(conn, actor, "apps.catalog.version.create", "app_version", row["id"],
                  after={"version": body.version, "artifact_id": body.artifact_id,
-                        "workload_artifact_id": body.workload_artifact_id}
+                        "workload_artifact_id": body.workload_artifact_id, "files": body.files}
                  | publication(actor, app["tenant_id"], version["artifact_digest"],
                                workload_digest=version["workload_artifact_digest"],
+                               file_digests={n: f["digest"] for n, f in version["files"].items()},
                                adapter_digest=digest_of(version["adapter"])),
                  context=_context(slug, app["tenant_id"]))
     return version
 
 
-def transition_version(conn, actor: Principal, slug: str, version: str, target: str, reason: str) -> dict:
+def check_version_artifacts(version: dict, target: str) -> None:
+    """A version in `target` stands only on artifacts in the states VERSION_NEEDS allows (409)."""
+    for reference, status in version_artifacts(version):
+        if target in VERSION_NEEDS and status not in VERSION_NEEDS[target]:
+            raise conflict("artifact_not_active" if target == "active" else "artifact_not_canary",
+                           f"a {target} version cannot stand on a {status} artifact ({reference})",
+                           artifact_reference=reference, artifact_status=status)
+
+
+def successful_canary_instances(conn, version: dict) -> int:
+    """The one definition of a successful canary instance of a version: an instance that is not a smoke instance,
+    whose deploy of this version (the version it was created on, as its requested event records) or whose upgrade
+    to it succeeded. It is a fact of the past: a later failure, upgrade, decommission or deletion of the instance
+    does not take it back out."""
+    return conn.execute(
+        """SELECT count(DISTINCT i.id) AS n FROM app_instances i JOIN operations o ON o.instance_id = i.id
+            WHERE i.app_slug = %(slug)s AND i.smoke_gate_id IS NULL AND o.status = 'succeeded'
+              AND ((o.kind = 'upgrade' AND o.params->>'target_version_id' = %(id)s::text)
+                   OR (o.kind = 'deploy' AND EXISTS (
+                           SELECT 1 FROM instance_events e WHERE e.app_instance_id = i.id
+                              AND e.type = 'apps.instance.requested' AND e.payload->>'app_version' = %(version)s)))""",
+        {"slug": version["app_slug"], "id": version["id"], "version": version["version"]}).fetchone()["n"]
+
+
+def check_version_gates(conn, actor: Principal, version: dict, target: str, settings, skip_gates: bool,
+                        reason: str) -> None:
+    """A move by hand that a gate guards (rules.version_gate, with the operator's promotion settings) is refused
+    with 409 gate_required, or canary_instances_short while too few canary instances succeeded; a platform admin
+    may skip it (skip_gates), recorded."""
+    gate = version_gate(version["status"], target, smoke=settings.promotion_canary_smoke,
+                        canary_instances=settings.promotion_canary_instances)
+    if gate is None:
+        return
+    if gate == "canary_instances":
+        have, need = successful_canary_instances(conn, version), settings.promotion_canary_instances
+        if have >= need:
+            return
+        refusal = conflict("canary_instances_short", f"version {version['version']} has {have} successful canary "
+                           f"instance(s); {need} are needed before it becomes active", have=have, need=need)
+    elif gate == "smoke":
+        refusal = conflict("gate_required", f"version {version['version']} becomes canary through a passed smoke "
+                           "gate (a deploy and a decommission on allocations you name)", gate="smoke",
+                           route=f"POST /v1/catalog/apps/{version['app_slug']}/versions/{version['version']}/gates")
+    else:
+        refusal = conflict("gate_required", f"version {version['version']} goes through canary before it becomes "
+                           f"active ({settings.promotion_canary_instances} successful canary instance(s))",
+                           gate="canary", route=f"POST /v1/catalog/apps/{version['app_slug']}/versions/"
+                           f"{version['version']}/transitions")
+    if not skip_gates:
+        raise refusal
+    skip_version_gate(conn, actor, version, target, gate, reason)
+
+
+def skip_version_gate(conn, actor: Principal, version: dict, target: str, gate: str, reason: str) -> None:
+    """A platform admin's move past a version's gate: the permission, and a gate.skipped event."""
+    actor.require("apps.catalog.gates.skip")
+    events.append(conn, get_app(conn, version["app_slug"]), "gate.skipped",
+                  {"gates": [gate], "from": version["status"], "to": target, "reason": reason,
+                   "by": {"kind": actor.kind, "id": actor.id, "name": actor.name}},
+                  artifact_id=version["artifact_id"], app_version_id=version["id"])
+
+
+def transition_version(conn, actor: Principal, slug: str, version: str, target: str, reason: str, *,
+                       gates=None, skip_gates: bool = False) -> dict:
+    """Move a version (legal moves only, on artifacts in the states it needs). `gates`: the promotion settings a
+    move by hand answers to (check_version_gates); None for the moves the platform makes itself (a passed smoke
+    gate, an artifact's rollback)."""
     before = get_version(conn, slug, version)
     conn.execute("SELECT 1 FROM app_versions WHERE id = %s FOR UPDATE", (before["id"],))
     conn.execute("SELECT 1 FROM artifacts WHERE id IN (%s, %s) FOR SHARE",
                  (before["artifact_id"], before["workload_artifact_id"]))
     before = get_version_by_id(conn, before["id"])
     check_transition(VERSION_TRANSITIONS, "version", before["status"], target)
-    for reference, status in version_artifacts(before):
-        if target in VERSION_NEEDS and status not in VERSION_NEEDS[target]:
-            raise conflict("artifact_not_active" if target == "active" else "artifact_not_canary",
-                           f"a {target} version cannot stand on a {status} artifact ({reference})",
-                           artifact_reference=reference, artifact_status=status)
+    check_version_artifacts(before, target)
+    if gates is not None:
+        check_version_gates(conn, actor, before, target, gates, skip_gates, reason)
     conn.execute("UPDATE app_versions SET status = %s, updated_at = now() WHERE id = %s", (target, before["id"]))
     audit.record(conn, actor, "apps.catalog.version.transition", "app_version", before["id"],
                  before={"status": before["status"]}, after={"status": target}, reason=reason,

@@ -140,6 +140,10 @@ class ContentStore:
     def _blob(self, digest: str) -> Path:
         return self._blobs / parse_digest(digest)
 
+    def local_path(self, digest: str) -> Path:
+        """Where this machine's verified copy of `digest` is (or will be, once path() or verify() fetched it)."""
+        return self._blob(digest)
+
     def upload(self, expected_digest: str | None = None, *, max_bytes: int | None = None) -> Upload:
         """Start a streamed write; with `expected_digest` the commit refuses other bytes."""
         if expected_digest is not None:

@@ -9,8 +9,9 @@ the site's variables (the operator's `site_vars` setting, in a file of their own
 the spec's vars, the tenant parameters (the instance's, with a reconfigure request's merged over them;
 checked against the version's declared schema), the spec's action_vars[kind], the version's workload
 artifact (`registry/repository@digest`) under the spec's workload variable and its signer's public key
-under the signer key variable, the access map (access/service.py) under the spec's access variable, then the
-operation's targets under the spec's target variables. The runner hands all of them to Ansible as unsafe."""
+under the signer key variable, the version's files (catalog/files.py) under the spec's files variable, the
+access map (access/service.py) under the spec's access variable, then the operation's targets under the
+spec's target variables. The runner hands all of them to Ansible as unsafe."""
 
 from __future__ import annotations
 
@@ -21,10 +22,11 @@ from uuid import UUID
 import psycopg
 
 from ..access import service as access
-from ..catalog import parameters
+from ..catalog import files, parameters
 from ..catalog.adapter import AdapterSpec, CredentialSpec, stored_spec
 from ..catalog.service import get_version_by_id, workload_image
 from ..config import OperationSettings
+from ..content.store import embedded_store
 from ..errors import not_found, unprocessable
 from ..health.verdict import HostAnswer, MemberView, Verdict, judge
 from ..instances import inventory
@@ -65,6 +67,8 @@ class RunPlan:
     secret_strings: list[str] = field(default_factory=list, repr=False)
     # the operator's site_vars, below every other extra var (site_vars_for)
     site_vars: dict = field(default_factory=dict)
+    # the version's content-store files (catalog/files.py): the worker holds a verified copy of each before the run
+    file_digests: list[str] = field(default_factory=list)
 
 
 def _targets(op: dict, by_id: dict) -> dict[str, list[str]]:
@@ -110,6 +114,10 @@ def build(conn: psycopg.Connection, settings: OperationSettings, op: dict, insta
     plan = RunPlan(kind=kind, inventory=run_inventory, extravars=extravars, secret_vars={},
                    content_digest=version["artifact_digest"] if version["artifact_kind"] == "collection" else None,
                    forced=[str(m["id"]) for m in unreachable], site_vars=site_vars_for(settings, spec))
+    if spec.files:
+        store = embedded_store(settings.state_dir)
+        extravars[spec.files.variable], plan.file_digests = files.run_files(
+            version, spec, settings.file_artifact_sources, store.local_path)
     plan.playbook = spec.actions.get(kind)
     if plan.playbook is None:
         raise unprocessable("no_playbook", f"the app version's adapter names no playbook for {kind}")
