@@ -299,6 +299,18 @@ class Ctx:
         return self.w.call(actor, "POST", "/v1/me/ssh-keys", 201,
                            json={"name": uniq("k"), "public_key": ssh_public_key()}).json()["id"]
 
+    def allowlisted_host(self) -> str:
+        """A registry host new to the platform's allowlist (tenant-private registries)."""
+        host = f"{uniq('registry')}.example.com:5000"
+        self.w.call(PA, "POST", "/v1/registries/allowlist", 201, json={"host": host})
+        return host
+
+    def tenant_registry(self) -> str:
+        """A new private registry of tenant A, registered by its tenant admin: its path."""
+        registry = self.w.call(TA, "POST", f"/v1/tenants/{self.ids['tenant_a']}/registries", 201, json={
+            "name": uniq("registry"), "host": self.allowlisted_host(), "username": "u", "password": "p"}).json()
+        return f"/v1/tenants/{self.ids['tenant_a']}/registries/{registry['id']}"
+
     def member_id(self) -> str:
         return str(self.sql("SELECT id FROM app_instance_members WHERE instance_id = %s LIMIT 1",
                             (self.ids["instance_a1"],))["id"])
@@ -624,6 +636,25 @@ CASES: list[Case] = [
     # registry token service (the token route itself takes pull credentials, not API tokens:
     # tests/api/test_registry_tokens.py)
     c("GET", "/v1/registry/certificate", {PA}, lambda x, a: ("GET", "/v1/registry/certificate", {})),
+    # tenant-private registries: the platform admin's allowlist of hosts, each tenant's registries (its tenant admin)
+    c("GET", "/v1/registries/allowlist", {PA}),
+    c("POST", "/v1/registries/allowlist", {PA}, lambda x, a: (
+        "POST", "/v1/registries/allowlist", {"json": {"host": f"{uniq('registry')}.example.com"}})),
+    c("GET", "/v1/registries/allowlist/{host}", {PA},
+      lambda x, a: ("GET", f"/v1/registries/allowlist/{x.allowlisted_host()}", {})),
+    c("DELETE", "/v1/registries/allowlist/{host}", {PA},
+      lambda x, a: ("DELETE", f"/v1/registries/allowlist/{x.allowlisted_host()}", {})),
+    c("POST", "/v1/tenants/{tenant_id}/registries", {TA}, lambda x, a: (
+        "POST", f"/v1/tenants/{x.ids['tenant_a']}/registries", {"json": {
+            "name": uniq("registry"), "host": x.allowlisted_host(), "username": "u", "password": "p"}})),
+    c("GET", "/v1/tenants/{tenant_id}/registries", {TA},
+      lambda x, a: ("GET", f"/v1/tenants/{x.ids['tenant_a']}/registries", {})),
+    c("GET", "/v1/tenants/{tenant_id}/registries/{registry_id}", {TA},
+      lambda x, a: ("GET", x.tenant_registry(), {})),
+    c("PUT", "/v1/tenants/{tenant_id}/registries/{registry_id}/credentials", {TA}, lambda x, a: (
+        "PUT", f"{x.tenant_registry()}/credentials", {"json": {"username": "u2", "password": "p2"}})),
+    c("DELETE", "/v1/tenants/{tenant_id}/registries/{registry_id}", {TA},
+      lambda x, a: ("DELETE", x.tenant_registry(), {})),
     # break-glass
     c("GET", "/v1/admin/instances", {PA},
       lambda x, a: ("GET", "/v1/admin/instances", {"headers": {"X-Break-Glass-Reason": "incident 1234 triage"}})),

@@ -22,7 +22,7 @@ _seq = itertools.count()
 # tenant side, where they name tenant B's private app (PRIVATE_PARAMS).
 PRIVATE_PARAMS = {"slug", "artifact_id"}
 SCOPED_PARAMS = {"tenant_id", "project_id", "user_id", "token_id", "sa_id", "binding_id", "instance_id",
-                 "member_id", "operation_id", "allocation_id", "overlay_id", "key_id", "grant_id"}
+                 "member_id", "operation_id", "allocation_id", "overlay_id", "key_id", "grant_id", "registry_id"}
 # Routes that take the tenant's ids in the query or body instead of the path.
 SCOPED_ROUTES = {("POST", "/v1/role-bindings"), ("GET", "/v1/role-bindings"), ("POST", "/v1/policy/overlays"),
                  ("GET", "/v1/policy/overlays"), ("GET", "/v1/audit"), ("POST", "/v1/allocations"),
@@ -66,6 +66,10 @@ def _request(method: str, path: str, t: dict) -> tuple[str, dict]:
         ("POST", "/v1/admin/instances/{instance_id}/transitions"): {"to": "failed", "reason": "probe"},
         ("POST", "/v1/instances/{instance_id}/attachments"): {"project_id": t["project_id"], "reason": "probe"},
         ("POST", "/v1/instances/{instance_id}/attachments/{project_id}/detach"): {"reason": "probe"},
+        ("POST", "/v1/registries/allowlist"): {"host": f"probe-{n}.example.com"},
+        ("POST", "/v1/tenants/{tenant_id}/registries"): {"name": f"probe-{n}", "host": t["host"], "username": "u",
+                                                     "password": "p"},
+        ("PUT", "/v1/tenants/{tenant_id}/registries/{registry_id}/credentials"): {"username": "u", "password": "p"},
         ("POST", "/v1/instances/{instance_id}/submit-grants"): {
             "principal_kind": "service_account", "principal_id": t["sa_id"], "target_project_id": t["project_id"],
             "reason": "probe"},
@@ -134,17 +138,24 @@ def _targets(w, database, side: str) -> tuple[dict, set[str]]:
     with database.transaction() as conn:
         token = conn.execute("SELECT id FROM api_tokens WHERE principal_id = %s LIMIT 1", (user,)).fetchone()["id"]
     key = w.call(admin, "POST", "/v1/me/ssh-keys", 201, json={"name": f"{side}-key", "public_key": ssh_public_key()})
+    # The side's tenant's private registry (its tenant admin's) on a host the platform allowlisted.
+    host = f"{side}-registry.example.com:5000"
+    w.call(pa, "POST", "/v1/registries/allowlist", 201, json={"host": host})
+    registry = w.call("other_tenant_admin" if side == "tenant" else "tenant_admin", "POST",
+                      f"/v1/tenants/{w.ids[tenant]}/registries", 201, json={
+                          "name": f"{side}-secret-registry", "host": host, "username": f"{side}-secret-user",
+                          "password": "p"}).json()["id"]
     t = {"tenant_id": w.ids[tenant], "project_id": w.ids[project], "user_id": user, "token_id": token, "sa_id": sa,
          "binding_id": binding, "instance_id": instance, "member_id": member, "operation_id": operation,
          "allocation_id": w.ids[alloc], "overlay_id": overlay, "slug": app, "app_slug": "slurm",
          "version": "1.0.0", "version_id": version["id"], "artifact_id": artifact,
          "digest": "sha256:" + "ab" * 32, "name": "admin", "job_id": "4711", "key_id": key.json()["id"],
-         "grant_id": grant}
+         "grant_id": grant, "registry_id": registry, "host": host}
     secrets = {str(t[k]) for k in SCOPED_PARAMS if k != "tenant_id" or side == "tenant"}
     for path in (f"/v1/instances/{instance}", f"/v1/users/{user}"):
         body = w.call(pa if "users" in path else admin, "GET", path, 200).json()
         secrets |= {body.get("name") or body["email"]}
-    return t, secrets | {f"{side}-secret-sku"} | private
+    return t, secrets | {f"{side}-secret-sku", f"{side}-secret-registry", f"{side}-secret-user"} | private
 
 
 # Who is foreign to each side: everyone who holds no binding over it.
