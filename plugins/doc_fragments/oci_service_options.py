@@ -120,4 +120,40 @@ options:
         pulled for the workload that never ran (a refused start), are removed.
     type: int
     default: 1
+  files:
+    description:
+      - Files by digest (file artifacts) mounted read-only into the container. Each is at C(/var/lib/gpuaas/files/
+        sha256/<64 hex>) on the host, the path computed from its digest alone, placed and verified there first by
+        M(gpuaas.apps.file_artifact); a file not there refuses the start.
+    type: list
+    elements: dict
+    default: []
+    suboptions:
+      name:
+        description: The file's name (for messages).
+        type: str
+        required: true
+      digest:
+        description: C(sha256:<64 lowercase hex>).
+        type: str
+        required: true
+      mount:
+        description: Absolute path in the container.
+        type: str
+        required: true
+      size:
+        description: Ignored (the platform's file entry carries it).
+        type: int
+      media_type:
+        description: Ignored (the platform's file entry carries it).
+        type: str
+      path:
+        description: Ignored; the path on the host is computed from O(files[].digest).
+        type: str
+      src:
+        description: Ignored (where M(gpuaas.apps.file_artifact) took the bytes from).
+        type: str
+      url:
+        description: Ignored (where M(gpuaas.apps.file_artifact) took the bytes from).
+        type: str
 """

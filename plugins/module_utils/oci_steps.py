@@ -20,6 +20,7 @@ import hashlib
 import json
 import os
 
+from ansible_collections.gpuaas.apps.plugins.module_utils.file_artifacts import FileArtifactError, file_path
 from ansible_collections.gpuaas.apps.plugins.module_utils.files import read_text, remove_file, write_file
 from ansible_collections.gpuaas.apps.plugins.module_utils.oci import (
     ENV_DIR,
@@ -112,6 +113,11 @@ def service_argument_spec():
         devices=dict(type="list", elements="str", default=[]),
         probe=dict(type="dict", default={}),
         keep_images=dict(type="int", default=1),
+        # A file artifact as the platform gives it (catalog/files.py); only name, digest and mount are read here.
+        files=dict(type="list", elements="dict", default=[], options=dict(
+            name=dict(type="str", required=True), digest=dict(type="str", required=True),
+            mount=dict(type="str", required=True), size=dict(type="int"), media_type=dict(type="str"),
+            path=dict(type="str"), src=dict(type="str"), url=dict(type="str"))),
     )
 
 
@@ -127,7 +133,7 @@ def auth_argument_spec():
 
 # ---- the request, checked without the host -----------------------------------------------------------
 SERVICE_OPTIONS = ("name", "image", "command", "env", "network", "ports", "volumes", "cpus", "memory", "cgroups",
-                   "restart", "restart_sec", "stop_timeout", "gpus", "devices", "probe", "keep_images")
+                   "restart", "restart_sec", "stop_timeout", "gpus", "devices", "probe", "keep_images", "files")
 
 
 CHOICES = {"network": ("bridge", "host"), "restart": ("no", "on-failure", "always"), "gpus": ("auto", "none")}
@@ -157,6 +163,7 @@ def request_problems(params):
         ("env", lambda: env_file_text(_mapping("env", params.get("env") or {}))),
         ("ports", lambda: normalize_ports(params.get("ports"))),
         ("volumes", lambda: normalize_volumes(params.get("volumes"))),
+        ("files", lambda: file_volumes(params.get("files"))),
         ("devices", lambda: check_devices(params.get("devices"))),
         ("memory", lambda: check_memory(params.get("memory"))),
         ("probe", lambda: normalize_probe(params.get("probe"))),
@@ -223,6 +230,19 @@ def _numbers(params):
         raise OciError("keep_images, stop_timeout and restart_sec must not be negative")
     if cpus is not None and cpus <= 0:
         raise OciError("cpus must be positive")
+
+
+def file_volumes(files):
+    """Read-only bind mounts of file artifacts: each file's content-addressed path on the host (from its digest
+    alone, never from a given path) at its mount path in the container."""
+    mounts = []
+    for f in files or []:
+        try:
+            source = file_path(f.get("digest"))
+        except FileArtifactError as error:
+            raise OciError(str(error)) from None
+        mounts.append(dict(source=source, target=f.get("mount"), read_only=True))
+    return normalize_volumes(mounts)
 
 
 # ---- trust ------------------------------------------------------------------------------------------
@@ -423,6 +443,12 @@ def service_spec(params, podman_path):
     for v in volumes:
         if not os.path.exists(v["source"]):
             raise OciError("volume source %s does not exist on this host" % v["source"])
+    mounts = file_volumes(params.get("files"))
+    for f in params.get("files") or []:
+        if not os.path.isfile(file_path(f["digest"])):
+            raise OciError("file %s (%s) is not on this host verified: place it first (gpuaas.apps.file_artifact); "
+                           "the container does not start without it" % (f["name"], f["digest"]))
+    volumes += mounts
     available = cdi_devices()
     for device in params["devices"]:
         if device.startswith("/dev/"):
