@@ -31,6 +31,20 @@ VERSION_TRANSITIONS: dict[str, frozenset[str]] = {
 # The artifact states a version in each status may stand on.
 VERSION_NEEDS: dict[str, frozenset[str]] = {"active": frozenset({"active"}), "canary": frozenset({"canary", "active"})}
 
+
+def version_gate(current: str, target: str, *, smoke: bool, canary_instances: int) -> str | None:
+    """The gate a version's move by hand needs (docs/control-service.md "Smoke runs and canary instances"), or
+    None: "smoke" where a passed smoke gate makes the move (draft -> canary; draft -> active while a smoke run is
+    required), "canary" where the version must go through canary first (draft -> active while canary instances
+    are required), "canary_instances" where it needs that many successful canary instances (canary -> active)."""
+    if current == "draft" and target in ("canary", "active") and smoke:
+        return "smoke"
+    if current == "draft" and target == "active" and canary_instances:
+        return "canary"
+    if current == "canary" and target == "active" and canary_instances:
+        return "canary_instances"
+    return None
+
 _DIGEST = re.compile(r"^(sha256:[a-f0-9]{64}|sha512:[a-f0-9]{128})$")
 _REGISTRY = re.compile(r"^(localhost|[A-Za-z0-9-]+(\.[A-Za-z0-9-]+)+|[A-Za-z0-9-]+)(:[0-9]{1,5})?$")
 _PATH_COMPONENT = re.compile(r"^[a-z0-9]+([._-][a-z0-9]+)*$")

@@ -70,6 +70,9 @@ ROLES: dict[str, Role] = {r.name: r for r in [
              "policy.overlay.read", "policy.overlay.write", "audit.platform.read", "platform.break_glass",
              # which registry hosts tenants may register as their private registries (registry/tenant.py)
              "registries.allowlist.manage",
+             # moving an artifact or a version past its promotion gates, recorded (gate.skipped): the platform's own
+             # bundled collection, whose CI ran the checks
+             "apps.catalog.gates.skip",
          })),
     Role("tenant_admin", ("tenant",), ("user",),
          "Manages projects, users, service accounts, policy overlays, app instances and private apps in one tenant.",

@@ -136,6 +136,8 @@ class Instance(BaseModel):
     artifact_reference: str
     workload_artifact_reference: str | None = None
     canary: bool = False
+    smoke_gate_id: UUID | None = Field(default=None, description="set on a smoke instance: the smoke gate that "
+                                       "deploys and decommissions it to test a draft version")
     status: InstanceStatus
     status_reason: str
     operating_mode: str

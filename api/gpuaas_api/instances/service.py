@@ -18,7 +18,13 @@ from ..audit import service as audit
 from ..catalog import parameters
 from ..catalog.adapter import stored_spec
 from ..catalog.scope import app_for_project
-from ..catalog.service import get_version, get_version_by_id, latest_active_version, version_artifacts
+from ..catalog.service import (
+    check_version_artifacts,
+    get_version,
+    get_version_by_id,
+    latest_active_version,
+    version_artifacts,
+)
 from ..common import page_of
 from ..errors import ApiError, conflict, not_found, unprocessable
 from ..iam.auth import SYSTEM, Principal
@@ -99,10 +105,17 @@ def list_instances(conn: psycopg.Connection, *, project_id: UUID | None = None, 
     return [view(r) for r in items], nxt
 
 
-def check_version_usable(version: dict, *, canary: bool, rollback: bool = False) -> None:
+def check_version_usable(version: dict, *, canary: bool, rollback: bool = False, smoke: bool = False) -> None:
     """A new binding (create, upgrade) needs an active version, or a canary one for an instance that
     opted in to canary versions; a rollback may return to a version deprecated since. Never onto an
-    artifact that is not active (or canary, for an instance that opted in) (409)."""
+    artifact that is not active (or canary, for an instance that opted in) (409). A smoke instance (a smoke
+    gate's, catalog/smoke.py) binds the draft version under test alone, on artifacts a canary version may use."""
+    if smoke:
+        if version["status"] != "draft":
+            raise conflict("version_not_usable", f"a smoke run tests a draft version; {version['version']} is "
+                           f"{version['status']}", version=version["version"], status=version["status"])
+        check_version_artifacts(version, "canary")
+        return
     usable = {"active", "canary"} if canary else {"active"}
     if version["status"] not in usable and not rollback:
         hint = " (an instance that opted in to canary versions may bind a canary one)" if not canary else ""
@@ -184,13 +197,14 @@ def check_version_change(conn: psycopg.Connection, instance: dict, version: dict
 
 
 def create_instance(conn: psycopg.Connection, actor: Principal, project: dict, body: Any, *,
-                    max_instances: int = 0) -> dict:
+                    max_instances: int = 0, smoke_gate_id: UUID | None = None) -> dict:
     """Create a project-owned instance with its members placed on the chosen allocations, or refuse
     and say exactly why: version/artifact state (409), a host another instance holds (409),
-    entitlement and policy (403), compatibility (422), the project's instance quota (429; 0: none)."""
+    entitlement and policy (403), compatibility (422), the project's instance quota (429; 0: none).
+    `smoke_gate_id`: the smoke instance of that gate, bound to the draft version it tests."""
     app = app_for_project(conn, actor, project, body.app_slug)  # another tenant's private app: as a missing one
     version = get_version(conn, app["slug"], body.version) if body.version else latest_active_version(conn, app["slug"])
-    check_version_usable(version, canary=body.canary)
+    check_version_usable(version, canary=body.canary, smoke=smoke_gate_id is not None)
     parameters.validate_for_version(version, body.parameters)
     runtime = rules.decide_runtime(app, body.operating_mode, body.control_plane_scope)
     if runtime.control_plane_scope == "tenant":
@@ -228,12 +242,12 @@ def create_instance(conn: psycopg.Connection, actor: Principal, project: dict, b
         """INSERT INTO app_instances (tenant_id, project_id, name, app_slug, app_version_id, operating_mode,
                operating_mode_hint, control_plane_scope, runtime_backend, tenant_boundary_mode,
                bound_capacity_shape, topology, labels, created_by, parameters, canary, environment,
-               attachable_project_ids)
-           VALUES (%s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s) RETURNING *""",
+               attachable_project_ids, smoke_gate_id)
+           VALUES (%s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s) RETURNING *""",
         (project["tenant_id"], project["id"], body.name, app["slug"], version["id"], runtime.operating_mode,
          body.operating_mode, runtime.control_plane_scope, runtime.runtime_backend, runtime.tenant_boundary_mode,
          "+".join(shapes), Jsonb(topology), Jsonb(body.labels), actor.id, Jsonb(body.parameters), body.canary,
-         body.environment, list(dict.fromkeys(body.attachable_project_ids))),
+         body.environment, list(dict.fromkeys(body.attachable_project_ids)), smoke_gate_id),
     ).fetchone()
     if runtime.control_plane_scope == "tenant":  # its own project is attached for as long as it lives
         conn.execute("""INSERT INTO instance_attachments (instance_id, tenant_id, project_id, owner, status, reason,
@@ -252,6 +266,7 @@ def create_instance(conn: psycopg.Connection, actor: Principal, project: dict, b
         "app_version": version["version"], "artifact_reference": version["artifact_reference"],
         "workload_artifact_reference": version["workload_artifact_reference"], "canary": body.canary,
         "topology": topology, "allocation_ids": [str(a) for a in ids],
+        **({"smoke_gate_id": str(smoke_gate_id)} if smoke_gate_id else {}),
         "hints": {"operating_mode": body.operating_mode, "control_plane_scope": body.control_plane_scope},
     })
     audit.record(conn, actor, "apps.instance.create", "app_instance", instance["id"],
