@@ -463,6 +463,13 @@ CASES: list[Case] = [
     private("POST", "/v1/catalog/apps/{slug}/versions/{version}/transitions", {TA}, lambda x, a: (
         "POST", f"/v1/catalog/apps/{x.private_app()}/versions/{x.fresh_private_version()}/transitions",
         {"json": {"to": "active", "reason": "publish"}})),
+    # a smoke run: a publisher of the app's catalog who also creates, deploys and decommissions instances in the
+    # project (in the platform catalog nobody of this world is both: a platform publisher runs no tenant's instances)
+    private("POST", "/v1/catalog/apps/{slug}/versions/{version}/gates", {TA}, lambda x, a: (
+        "POST", f"/v1/catalog/apps/{x.private_app()}/versions/{x.fresh_private_version()}/gates",
+        {"json": {"kind": "smoke", "project_id": x.ids["project_a1"], "allocation_ids": [x.ids[x.fresh_allocation()]],
+                  "topology": [{"role": "controller", "count": 1}, {"role": "worker", "count": 1}],
+                  "reason": "smoke"}})),
     # which of tenant A's projects use its private apps: its tenant admin's call (platform apps: the platform admin's)
     private("POST", "/v1/projects/{project_id}/entitlements", {TA}, lambda x, a: (
         "POST", f"/v1/projects/{x.ids['project_a1']}/entitlements", {"json": {"app_slug": x.fresh_private_app()}}),
@@ -670,7 +677,9 @@ CASES: list[Case] = [
 def ctx(shared, tmp_path_factory):
     # Every probe that creates an instance or queues an operation does so in one project: lift the
     # project quotas here (their own test is tests/security/test_f7_fairness.py).
-    shared.app.state.settings = replace(shared.app.state.settings, max_instances_per_project=0)
+    # Versions move by hand without smoke runs or canary instances here (tests/api/test_smoke_gates.py tests those).
+    shared.app.state.settings = replace(shared.app.state.settings, max_instances_per_project=0,
+                                        promotion_canary_smoke=False, promotion_canary_instances=0)
     state = tmp_path_factory.mktemp("state")
     shared.app.state.operation_settings = OperationSettings(max_open_operations_per_project=0, state_dir=state)
     shared.app.state.content_store = embedded_store(state)  # the one runs install their collection from

@@ -26,7 +26,7 @@ SCOPED_PARAMS = {"tenant_id", "project_id", "user_id", "token_id", "sa_id", "bin
 # Routes that take the tenant's ids in the query or body instead of the path.
 SCOPED_ROUTES = {("POST", "/v1/role-bindings"), ("GET", "/v1/role-bindings"), ("POST", "/v1/policy/overlays"),
                  ("GET", "/v1/policy/overlays"), ("GET", "/v1/audit"), ("POST", "/v1/allocations"),
-                 ("POST", "/v1/catalog/apps")}
+                 ("POST", "/v1/catalog/apps"), ("POST", "/v1/catalog/apps/{slug}/versions/{version}/gates")}
 BREAK_GLASS = {"X-Break-Glass-Reason": "authorization probe run"}
 
 
@@ -52,6 +52,8 @@ def _request(method: str, path: str, t: dict) -> tuple[str, dict]:
                                                        "compatibility": SLURM_COMPAT, "adapter": SLURM_ADAPTER},
         ("POST", "/v1/catalog/artifacts/{artifact_id}/transitions"): {"to": "deprecated", "reason": "probe"},
         ("POST", "/v1/catalog/apps/{slug}/versions/{version}/transitions"): {"to": "deprecated", "reason": "probe"},
+        ("POST", "/v1/catalog/apps/{slug}/versions/{version}/gates"): {
+            "kind": "smoke", "project_id": t["project_id"], "allocation_ids": [t["allocation_id"]], "reason": "probe"},
         ("POST", "/v1/policy/overlays"): {"scope_kind": "project", "project_id": t["project_id"],
                                           "dimension": "region", "effect": "deny", "values": ["x"]},
         ("POST", "/v1/allocations"): {"project_id": t["project_id"], "name": f"probe-{n}",

@@ -6,6 +6,7 @@ from pathlib import Path
 
 from ..client.cli import command, emit, output_option, structured, url_option
 from ..client.verbs import Verb, add, arg, resource
+from . import smoke
 
 
 def _artifact(client, ref, args) -> str:
@@ -76,6 +77,7 @@ def register(sub: argparse._SubParsersAction) -> None:
     output_option(ls)
     ls.set_defaults(func=list_apps)
     add(asub, SHOW_APP)
+    smoke.register(asub)
     resource(sub, "versions", "the catalog's app versions: list, show, transition", VERSIONS)
     resource(sub, "artifacts", "the catalog's artifacts (collection builds, images): list, show, transition",
              ARTIFACTS)
