@@ -502,12 +502,18 @@ def start(module, podman, systemd, params, check=False):
     images, previous, retiring = plan_images(old_record, spec["image"], params["keep_images"])
     record = {"name": name, "unit": unit_name(name), "container": container_name(name), "image": spec["image"],
               "images": images, "previous": previous, "probe": probe}
+    # A bind mount holds the file it was made of: a file placed again (a new inode at the same path, after an
+    # altered copy was refused) reaches the container only through a restart.
+    files = dict((file_path(f["digest"]), os.stat(file_path(f["digest"])).st_ino) for f in params.get("files") or [])
+    if files:
+        record["files"] = files
     old_unit, old_env = read_text(unit_path), read_text(path_env)
     unit_changed, env_changed = unit != old_unit, env_text != old_env
+    files_replaced = (old_record.get("files") or {}) != files
     record_changed = record_text(record) != record_text(old_record) if old_record else True
     running = have_podman and systemd.active(unit_name(name))
     enabled = systemd.enabled(unit_name(name)) if old_unit is not None else False
-    restart = unit_changed or env_changed or not running
+    restart = unit_changed or env_changed or files_replaced or not running
     warnings = []
     if not spec["cgroups"] and (spec["cpus"] or spec["memory"]):
         warnings.append("cgroups=false: the cpus/memory limits are not applied on this host")

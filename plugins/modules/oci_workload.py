@@ -250,7 +250,8 @@ def pending_start(module, podman, systemd, params):
     plan = start(module, podman, systemd, params, check=True)
     running = podman.available() and systemd.active(plan["unit"])
     if plan["restarted"]:
-        return True, running, ("the unit or its environment changed" if running else "its unit does not run")
+        return True, running, ("the unit, its environment or a mounted file changed" if running
+                               else "its unit does not run")
     if plan["changed"]:
         return True, running, "the unit is not enabled, or the record or the kept images change"
     # The unit is active, so its container runs: an http or tcp look needs no podman call.
