@@ -273,18 +273,21 @@ def successful_canary_instances(conn, version: dict) -> int:
 
 
 def check_version_gates(conn, actor: Principal, version: dict, target: str, settings, skip_gates: bool,
-                        reason: str) -> None:
+                        reason: str) -> list[str]:
     """A move by hand that a gate guards (rules.version_gate, with the operator's promotion settings) is refused
-    with 409 gate_required, or canary_instances_short while too few canary instances succeeded; a platform admin
-    may skip it (skip_gates), recorded."""
+    with 409 gate_required, or canary_instances_short while too few canary instances succeeded. `skip_gates`
+    (apps.catalog.gates.skip: platform admins) moves past it, recorded as a gate.skipped event; returns the gates
+    skipped."""
+    if skip_gates:
+        actor.require("apps.catalog.gates.skip")
     gate = version_gate(version["status"], target, smoke=settings.promotion_canary_smoke,
                         canary_instances=settings.promotion_canary_instances)
     if gate is None:
-        return
+        return []
     if gate == "canary_instances":
         have, need = successful_canary_instances(conn, version), settings.promotion_canary_instances
         if have >= need:
-            return
+            return []
         refusal = conflict("canary_instances_short", f"version {version['version']} has {have} successful canary "
                            f"instance(s); {need} are needed before it becomes active", have=have, need=need)
     elif gate == "smoke":
@@ -298,16 +301,11 @@ def check_version_gates(conn, actor: Principal, version: dict, target: str, sett
                            f"{version['version']}/transitions")
     if not skip_gates:
         raise refusal
-    skip_version_gate(conn, actor, version, target, gate, reason)
-
-
-def skip_version_gate(conn, actor: Principal, version: dict, target: str, gate: str, reason: str) -> None:
-    """A platform admin's move past a version's gate: the permission, and a gate.skipped event."""
-    actor.require("apps.catalog.gates.skip")
-    events.append(conn, get_app(conn, version["app_slug"]), "gate.skipped",
+    events.append(conn, {"slug": version["app_slug"], "tenant_id": version["app_tenant_id"]}, "gate.skipped",
                   {"gates": [gate], "from": version["status"], "to": target, "reason": reason,
                    "by": {"kind": actor.kind, "id": actor.id, "name": actor.name}},
                   artifact_id=version["artifact_id"], app_version_id=version["id"])
+    return [gate]
 
 
 def transition_version(conn, actor: Principal, slug: str, version: str, target: str, reason: str, *,
@@ -322,10 +320,10 @@ def transition_version(conn, actor: Principal, slug: str, version: str, target: 
     before = get_version_by_id(conn, before["id"])
     check_transition(VERSION_TRANSITIONS, "version", before["status"], target)
     check_version_artifacts(before, target)
-    if gates is not None:
-        check_version_gates(conn, actor, before, target, gates, skip_gates, reason)
+    skipped = check_version_gates(conn, actor, before, target, gates, skip_gates, reason) if gates else []
     conn.execute("UPDATE app_versions SET status = %s, updated_at = now() WHERE id = %s", (target, before["id"]))
     audit.record(conn, actor, "apps.catalog.version.transition", "app_version", before["id"],
-                 before={"status": before["status"]}, after={"status": target}, reason=reason,
+                 before={"status": before["status"]},
+                 after={"status": target} | ({"skipped_gates": skipped} if skipped else {}), reason=reason,
                  context=_context(slug, before["app_tenant_id"]))
     return get_version_by_id(conn, before["id"])
