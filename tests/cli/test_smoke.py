@@ -20,7 +20,7 @@ def draft(w, version: str) -> dict:
         "adapter": active["adapter"], "runtime_profile": active["runtime_profile"]}).json()
 
 
-def test_a_publisher_smoke_tests_a_draft_version_from_the_cli(ops, cli, tmp_path):
+def test_a_publisher_smoke_tests_a_draft_version_from_the_cli(ops, cli):
     w = ops.w
     user = w.call(PA, "POST", f"/v1/tenants/{w.ids['tenant_a']}/users", 201,
                   json={"email": "smoke@tenant-a.example.com"}).json()
@@ -29,10 +29,11 @@ def test_a_publisher_smoke_tests_a_draft_version_from_the_cli(ops, cli, tmp_path
                | binding)
     token = w.call(PA, "POST", f"/v1/users/{user['id']}/tokens", 201, json={"name": "cli"}).json()["token"]
     ops.start_worker()
-    (tmp_path / "markers").mkdir()
+    markers = ops.marker_root / "smoke"
+    markers.mkdir()
     smoke = ("apps", "smoke", TEST_APP)
     where = ("--project", "project-a1", "--allocation", "alloc-ops2", "--topology", "controller=1",
-             "--topology", "worker=1", "--param", f"marker_dir={tmp_path / 'markers'}", "--reason", "before canary")
+             "--topology", "worker=1", "--param", f"marker_dir={markers}", "--reason", "before canary")
 
     draft(w, "1.1.0")
     failed = cli(*smoke, "1.1.0", *where, "--param", "fail_step=deploy", "--wait", token=token)
