@@ -122,9 +122,9 @@ options:
     default: 1
   files:
     description:
-      - Files by digest (file artifacts) mounted read-only into the container. Each is at C(/var/lib/gpuaas/files/
-        sha256/<64 hex>) on the host, the path computed from its digest alone, placed and verified there first by
-        M(gpuaas.apps.file_artifact); a file not there refuses the start.
+      - Files by digest (file artifacts) mounted read-only into the container. Each is at
+        C(/var/lib/gpuaas/files/sha256/<64 hex>) on the host, the path computed from its digest alone, placed and
+        verified there first by M(gpuaas.apps.file_artifact); a file not there refuses the start.
     type: list
     elements: dict
     default: []

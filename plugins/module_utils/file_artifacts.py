@@ -80,8 +80,7 @@ def _write_verified(chunks, digest, path, max_bytes=None):
 
 def _read_chunks(path):
     with open(path, "rb") as f:
-        for chunk in iter(lambda: f.read(_CHUNK), b""):
-            yield chunk
+        yield from iter(lambda: f.read(_CHUNK), b"")
 
 
 def place(digest, src=None, fetch=None, size=None, root=ROOT, check=False):

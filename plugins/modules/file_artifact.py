@@ -12,7 +12,7 @@ module: file_artifact
 short_description: Place files by digest on the host, verified there, in one module run
 version_added: "0.3.0"
 description:
-  - Makes each of O(files) present at C(<root>/sha256/<64 hex>), read-only (mode 0444): the place is computed from
+  - Makes each of O(files) present at C(<root>/sha256/<64 hex>), read-only (mode 0444); the place is computed from
     the file's digest alone. The control service's runs give each file of an app version this way (file artifacts).
   - New bytes come from O(files[].src) (a copy on the host; the action plugin transfers the controller's copy,
     O(files[].src) on the controller, only when the host lacks the file) or are downloaded from O(files[].url).
@@ -20,7 +20,7 @@ description:
     when they hash to the digest. Otherwise the run fails naming the expected and the found digest, and nothing is
     left at the digest's path.
   - A file already at its path is hashed again on every run and left alone when it matches. One that no longer
-    matches was altered on the host: it is removed and the run fails, naming both digests; the next run places a
+    matches was altered on the host; it is removed and the run fails, naming both digests; the next run places a
     verified copy again.
 author:
   - gpuaas.apps developers (@gpuaas)
@@ -106,8 +106,7 @@ def download(url, validate_certs):
     def chunks():
         response = open_url(url, validate_certs=validate_certs, timeout=60, follow_redirects="safe")
         try:
-            for chunk in iter(lambda: response.read(1 << 20), b""):
-                yield chunk
+            yield from iter(lambda: response.read(1 << 20), b"")
         finally:
             response.close()
     return chunks
