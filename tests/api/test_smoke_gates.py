@@ -157,6 +157,20 @@ def test_a_smoke_gate_promotes_on_a_pass_and_keeps_a_failure_out(w: World, datab
             assert done["status"] == "passed" and done["reason"] is None and done["smoke"]["promoted"], done
             assert version["status"] == "canary"
             assert types == [("gate.started", cid), ("gate.passed", cid)]
+    # What ran is the project's: another tenant (the platform app is in its catalog too) and the platform admin read
+    # the outcome alone, in the gate and in its events; the project's own readers read all of it.
+    failed_gate = w.call("publisher", "GET", "/v1/catalog/apps/slurm/gates?kind=smoke", 200).json()["items"][0]
+    assert failed_gate["smoke"]["project_id"] == w.ids["project_a1"] and "refused image" in failed_gate["reason"]
+    assert w.call("project_member", "GET", f"/v1/catalog/gates/{failed_gate['id']}", 200).json() == failed_gate
+    for outsider in ("other_tenant_admin", "platform_admin"):
+        seen = w.call(outsider, "GET", f"/v1/catalog/gates/{failed_gate['id']}", 200).json()
+        assert seen["status"] == "failed" and seen["smoke"] is None and seen["requested_by"] is None, seen
+        assert seen["reason"] == smoke.HIDDEN_REASON
+        told = w.call(outsider, "GET", "/v1/catalog/apps/slurm/events?type=gate.failed", 200).json()["items"]
+        assert [e["payload"] for e in told] == [{"kind": "smoke", "version": SMOKE_VERSION}], told
+        listed = w.call(outsider, "GET", "/v1/catalog/apps/slurm/gates?kind=smoke", 200).text
+        assert w.ids["project_a1"] not in listed and "refused" not in listed
+        assert failed_gate["smoke"]["instance_id"] not in listed and instance_id not in listed
     # A smoke instance's deploy is not a canary instance.
     error = move(w, "publisher", "active", 409)["error"]
     assert error["code"] == "canary_instances_short" and error["details"]["have"] == 0, error

@@ -37,6 +37,33 @@ log = logging.getLogger(__name__)
 # What a smoke run does in the project, as the publisher: create an instance, deploy it, decommission it.
 PERMISSIONS = tuple(dict.fromkeys(("apps.instance.create", *KINDS["deploy"].permissions,
                                    *KINDS["decommission"].permissions)))
+# What a reader who does not read instances in the smoke run's project is told of a failure instead of its reason.
+HIDDEN_REASON = "the smoke run failed; what ran, and why it failed, is read in the project it ran in"
+# What such a reader sees of a smoke gate's event payload.
+OUTCOME_FIELDS = ("kind", "version", "promoted")
+
+
+def _reads_project(caller: Principal, ran: dict | None) -> bool:
+    return bool(ran and ran.get("project_id")) and caller.permits(
+        "apps.instance.read", tenant_id=UUID(ran["tenant_id"]), project_id=UUID(ran["project_id"]))
+
+
+def for_reader(caller: Principal, gate: dict) -> dict:
+    """A gate as `caller` reads it. What a smoke run ran belongs to the project it ran in (its ids, the instance's
+    name, the run's reason, which may name hosts, and who asked): shown to callers who read instances there, the
+    publisher among them, not to everyone who sees the app in the catalog (a platform app's: every tenant), who
+    read the outcome."""
+    if gate["kind"] != "smoke" or _reads_project(caller, gate["smoke"]):
+        return gate
+    return gate | {"smoke": None, "reason": gate["reason"] and HIDDEN_REASON, "requested_by": None}
+
+
+def event_for_reader(caller: Principal, event: dict) -> dict:
+    """A catalog event as `caller` reads it: a smoke gate's, as for_reader shows the gate."""
+    payload = event["payload"] or {}
+    if payload.get("kind") != "smoke" or _reads_project(caller, payload):
+        return event
+    return event | {"payload": {k: payload[k] for k in OUTCOME_FIELDS if k in payload}}
 
 
 def get_gate(conn: psycopg.Connection, gate_id: UUID, *, lock: bool = False) -> dict | None:
@@ -62,8 +89,8 @@ def start(conn: psycopg.Connection, actor: Principal, app: dict, version: dict, 
     instance create and a deploy in that project give."""
     conn.execute("SELECT 1 FROM app_versions WHERE id = %s FOR UPDATE", (version["id"],))
     existing = open_gate(conn, version["id"])
-    if existing:
-        return existing
+    if existing:  # another publisher's, maybe: as that caller reads it
+        return for_reader(actor, existing)
     version = service.get_version_by_id(conn, version["id"])
     check_transition(VERSION_TRANSITIONS, "version", version["status"], "canary")
     service.check_version_artifacts(version, "canary")
@@ -71,7 +98,8 @@ def start(conn: psycopg.Connection, actor: Principal, app: dict, version: dict, 
     for key in PERMISSIONS:
         actor.require(key, tenant_id=project["tenant_id"], project_id=project["id"])
     cid = correlation.current()
-    requested = {"project_id": str(project["id"]), "allocation_ids": [str(a) for a in body.allocation_ids],
+    requested = {"project_id": str(project["id"]), "tenant_id": str(project["tenant_id"]),
+                 "allocation_ids": [str(a) for a in body.allocation_ids],
                  "topology": [r.model_dump() for r in body.topology], "reason": body.reason,
                  "requested_by_name": actor.name}
     gate = conn.execute(
@@ -91,7 +119,7 @@ def start(conn: psycopg.Connection, actor: Principal, app: dict, version: dict, 
     gate = _update(conn, gate["id"], smoke=smoke)
     events.append(conn, app, "gate.started", {"kind": "smoke", "version": version["version"],
                                               "instance_id": smoke["instance_id"], "operations": smoke["operations"],
-                                              "project_id": smoke["project_id"],
+                                              "project_id": smoke["project_id"], "tenant_id": smoke["tenant_id"],
                                               "allocation_ids": smoke["allocation_ids"]},
                   artifact_id=version["artifact_id"], app_version_id=version["id"], gate_id=gate["id"],
                   correlation_id=cid)
@@ -198,7 +226,8 @@ def _finish(conn: psycopg.Connection, gate: dict, smoke: dict, *, passed: bool, 
     _update(conn, gate["id"], status="passed" if passed else "failed", reason=reason, smoke=smoke,
             finished_at=conn.execute("SELECT now() AS t").fetchone()["t"])
     payload = {"kind": "smoke", "version": version["version"], "instance_id": smoke.get("instance_id"),
-               "operations": smoke.get("operations", []), "reason": reason}
+               "operations": smoke.get("operations", []), "reason": reason, "project_id": smoke.get("project_id"),
+               "tenant_id": smoke.get("tenant_id")}
     if passed:
         payload["promoted"] = smoke["promoted"]
     events.append(conn, service.get_app(conn, version["app_slug"]), "gate.passed" if passed else "gate.failed",
