@@ -13,7 +13,7 @@ import re
 import pytest
 from api.conftest import shared  # noqa: F401 - the module-scoped world on its own database
 from api.test_authz_matrix import ssh_public_key
-from api.world import ACTORS, DIGEST, SLURM_ADAPTER, SLURM_COMPAT, create_instance
+from api.world import ACTORS, DIGEST, SLURM_ADAPTER, SLURM_COMPAT, create_instance, register_allocation
 from gpuaas_api import db as dbmod
 from gpuaas_api.app import create_app
 
@@ -147,12 +147,33 @@ def _targets(w, database, side: str) -> tuple[dict, set[str]]:
                       f"/v1/tenants/{w.ids[tenant]}/registries", 201, json={
                           "name": f"{side}-secret-registry", "host": host, "username": f"{side}-secret-user",
                           "password": "p"}).json()["id"]
+    # A smoke gate run in the side's project (catalog/smoke.py): what it ran is the project's, though the app (tenant
+    # B's private one; the platform's slurm on the project side) is seen by others too.
+    smoke_alloc = register_allocation(w, project, f"{side}-smoke", hosts=2)["id"]
+    if side == "tenant":
+        w.call(admin, "POST", f"/v1/projects/{w.ids[project]}/entitlements", 201, json={"app_slug": app})
+        publisher, smoke_version = admin, "1.0.0"
+    else:
+        smoke_version, publisher = "2.5.0", "side_publisher"
+        w.call(pa, "POST", f"/v1/catalog/apps/{app}/versions", 201, json={
+            "version": smoke_version, "artifact_id": artifact, "compatibility": SLURM_COMPAT, "adapter": SLURM_ADAPTER})
+        dev = w.call(pa, "POST", f"/v1/tenants/{w.ids[tenant]}/users", 201, json={"email": "dev@a2.example"}).json()
+        for binding in ({"role": "catalog_publisher"}, {"role": "project_admin", "project_id": w.ids[project]}):
+            w.call(pa, "POST", "/v1/role-bindings", 201, json={"principal_kind": "user", "principal_id": dev["id"]}
+                   | binding)
+        w.tokens[publisher] = w.call(pa, "POST", f"/v1/users/{dev['id']}/tokens", 201,
+                                     json={"name": "smoke"}).json()["token"]
+    gate = w.call(publisher, "POST", f"/v1/catalog/apps/{app}/versions/{smoke_version}/gates", 202, json={
+        "kind": "smoke", "project_id": w.ids[project], "allocation_ids": [smoke_alloc],
+        "topology": [{"role": "controller", "count": 1}, {"role": "worker", "count": 1}], "reason": "side"}).json()
+    private |= {smoke_alloc, gate["smoke"]["instance_id"], gate["smoke"]["instance_name"],
+                gate["smoke"]["operations"][0]["id"], str(gate["requested_by"])}
     t = {"tenant_id": w.ids[tenant], "project_id": w.ids[project], "user_id": user, "token_id": token, "sa_id": sa,
          "binding_id": binding, "instance_id": instance, "member_id": member, "operation_id": operation,
          "allocation_id": w.ids[alloc], "overlay_id": overlay, "slug": app, "app_slug": "slurm",
          "version": "1.0.0", "version_id": version["id"], "artifact_id": artifact,
          "digest": "sha256:" + "ab" * 32, "name": "admin", "job_id": "4711", "key_id": key.json()["id"],
-         "grant_id": grant, "registry_id": registry, "host": host}
+         "grant_id": grant, "registry_id": registry, "host": host, "gate_id": gate["id"]}
     secrets = {str(t[k]) for k in SCOPED_PARAMS if k != "tenant_id" or side == "tenant"}
     for path in (f"/v1/instances/{instance}", f"/v1/users/{user}"):
         body = w.call(pa if "users" in path else admin, "GET", path, 200).json()
