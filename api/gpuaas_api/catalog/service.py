@@ -292,7 +292,8 @@ def check_version_gates(conn, actor: Principal, version: dict, target: str, sett
                            f"instance(s); {need} are needed before it becomes active", have=have, need=need)
     elif gate == "smoke":
         refusal = conflict("gate_required", f"version {version['version']} becomes canary through a passed smoke "
-                           "gate (a deploy and a decommission on allocations you name)", gate="smoke",
+                           "gate (a deploy and a decommission on allocations you name)"
+                           + (", and active from canary" if target == "active" else ""), gate="smoke",
                            route=f"POST /v1/catalog/apps/{version['app_slug']}/versions/{version['version']}/gates")
     else:
         refusal = conflict("gate_required", f"version {version['version']} goes through canary before it becomes "
