@@ -169,6 +169,10 @@ class GpuaasSettings(BaseSettings):
     promotion_canary_smoke: bool = True
     promotion_canary_instances: int = Field(1, ge=0, le=1000)
     promotion_retire_grace_seconds: int = Field(7 * 86400, ge=0)
+    # The staging gate's check time limit, and the HOME its ansible-test sanity runs with (the per-test venvs it
+    # installs from PyPI on first use are cached there); unset: <state_dir>/gates/ansible-test-home.
+    promotion_check_timeout_seconds: int = Field(900, ge=10)
+    promotion_sanity_home: Path | None = None
     # The site's own variables, added to every playbook run below the catalog's (where a release is mirrored,
     # a proxy): a mapping (a [site_vars] table in the file), or in the environment a JSON object or the path
     # of a YAML file holding one. Values may be Jinja over the run's other variables ("{{ rke2_version }}"):
@@ -491,6 +495,8 @@ class OperationSettings:
     promotion_canary_smoke: bool = _from_model("promotion_canary_smoke")
     promotion_canary_instances: int = _from_model("promotion_canary_instances")
     promotion_retire_grace_seconds: int = _from_model("promotion_retire_grace_seconds")
+    promotion_check_timeout_seconds: int = _from_model("promotion_check_timeout_seconds")
+    promotion_sanity_home: Path | None = _from_model("promotion_sanity_home")
 
     @classmethod
     def from_model(cls, model: GpuaasSettings, **overrides: Any) -> OperationSettings:

@@ -55,6 +55,8 @@ ERROR_CODES: dict[str, int] = {
     # promotion gates: a move by hand that a gate makes (gate_required); a canary version with too few successful
     # canary instances to become active
     "gate_required": 409, "canary_instances_short": 409,
+    # a staging gate asked of what it does not apply to; a retirement inside the grace period after deprecation
+    "gate_not_applicable": 409, "retire_grace_period": 409,
     # file artifacts: a source outside the operator's allowlist; a version's files against its adapter's `files:`
     "file_source_not_allowed": 422, "file_artifact_required": 422, "file_not_declared": 422,
     "file_artifact_kind": 422,
@@ -99,7 +101,7 @@ ErrorCode = Literal[
     "artifact_digest_mismatch", "artifact_mismatch", "artifact_retired", "invalid_digest", "reference_not_pinned",
     "illegal_transition", "unknown_state", "workload_artifact_kind", "workload_artifact_required",
     "workload_not_declared", "invalid_parameters", "artifact_not_canary", "app_slug_namespace",
-    "gate_required", "canary_instances_short",
+    "gate_required", "canary_instances_short", "gate_not_applicable", "retire_grace_period",
     "file_source_not_allowed", "file_artifact_required", "file_not_declared", "file_artifact_kind",
     "registry_not_allowlisted", "registry_host_reserved", "registry_tenant_private", "tenant_registry_unavailable",
     "overlay_widens_policy", "missing_scope",

@@ -30,6 +30,7 @@ LOCATIONS: dict[str, str] = {
     "registry_allowlist_add": "/v1/registries/allowlist/{host}",
     "tenant_registries_create": "/v1/tenants/{tenant_id}/registries/{id}",
     "catalog_versions_gates_start": "/v1/catalog/gates/{id}",
+    "catalog_artifacts_gates_start": "/v1/catalog/gates/{id}",
     **{op: OPERATION for op in (
         "instances_deploy", "instances_reconfigure", "instances_upgrade", "instances_rollback",
         "instances_decommission", "instances_refresh", "members_add", "members_drain", "members_resume",

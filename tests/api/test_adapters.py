@@ -73,7 +73,7 @@ def _admin(world) -> TestClient:
 def test_register_a_collection_through_the_api(world, tmp_path):
     tarball = build(OPSAPP, tmp_path)
     digest = "sha256:" + hashlib.sha256(tarball.read_bytes()).hexdigest()
-    (registered,) = register(_admin(world), tarball, activate=True)
+    (registered,) = register(_admin(world), tarball, activate=True, skip_gates=True)
     assert (registered.app, registered.version, registered.digest, registered.status) == (
         "opsapp", "1.0.0", digest, "active")
     version = world.call("platform_admin", "GET", "/v1/catalog/apps/opsapp/versions/1.0.0", 200).json()
@@ -81,7 +81,7 @@ def test_register_a_collection_through_the_api(world, tmp_path):
     assert version["adapter"]["actions"]["deploy"] == "gpuaas_tests.opsapp.step"
     assert world.call("platform_admin", "GET", f"/v1/content/{digest}", 200).content == tarball.read_bytes()
     # Registering the same build again changes nothing.
-    (again,) = register(_admin(world), tarball, activate=True)
+    (again,) = register(_admin(world), tarball, activate=True, skip_gates=True)
     assert again == registered
 
 
@@ -92,7 +92,7 @@ def test_register_refuses_a_descriptor_naming_content_the_build_lacks(world, tmp
     descriptor["actions"]["deploy"] = "gpuaas_tests.opsapp.missing"
     (source / "adapters" / "opsapp.yml").write_text(yaml.safe_dump(descriptor))
     with pytest.raises(RegisterError, match="does not ship: gpuaas_tests.opsapp.missing"):
-        register(_admin(world), source, activate=True)
+        register(_admin(world), source, activate=True, skip_gates=True)
     assert world.client.get("/v1/catalog/apps/opsapp", headers=world.headers("platform_admin")).status_code == 404
 
 
@@ -104,16 +104,16 @@ def test_register_refuses_a_credential_module_the_build_lacks(world, tmp_path):
     credential["module"] = "gpuaas_tests.opsapp.no_such_reader"
     (source / "adapters" / "opsapp.yml").write_text(yaml.safe_dump(descriptor))
     with pytest.raises(RegisterError, match="does not ship: gpuaas_tests.opsapp.no_such_reader"):
-        register(_admin(world), source, activate=True)
+        register(_admin(world), source, activate=True, skip_gates=True)
 
 
 def test_register_refuses_a_new_build_under_a_registered_version(world, tmp_path):
-    register(_admin(world), OPSAPP, activate=True)
+    register(_admin(world), OPSAPP, activate=True, skip_gates=True)
     source = tmp_path / "src"
     shutil.copytree(OPSAPP, source)
     (source / "playbooks" / "step.yml").write_text((source / "playbooks" / "step.yml").read_text() + "\n")
     with pytest.raises(RegisterError, match="already registered with another build"):
-        register(_admin(world), source, activate=True)
+        register(_admin(world), source, activate=True, skip_gates=True)
 
 
 def test_register_pins_a_workload_image_per_version(world, tmp_path):
@@ -128,15 +128,15 @@ def test_register_pins_a_workload_image_per_version(world, tmp_path):
     tarball = build(source, tmp_path)
     images = {tag: f"127.0.0.1:5000/team/web@sha256:{hashlib.sha256(tag.encode()).hexdigest()}" for tag in "ab"}
 
-    (app_only,) = register(_admin(world), tarball, activate=True)
+    (app_only,) = register(_admin(world), tarball, activate=True, skip_gates=True)
     assert (app_only.app, app_only.status) == ("opsapp", "needs_workload")
     with pytest.raises(RegisterError, match="no descriptor of this build declares"):
         register(_admin(world), tarball, workloads={"slurm": images["a"]})
 
     with pytest.raises(RegisterError, match="without a --workload image"):
         register(_admin(world), tarball, signers={"opsapp": "key"})
-    (stable,) = register(_admin(world), tarball, activate=True, workloads={"opsapp": images["a"]})
-    (candidate,) = register(_admin(world), tarball, canary=True, workloads={"opsapp": images["b"]})
+    (stable,) = register(_admin(world), tarball, activate=True, workloads={"opsapp": images["a"]}, skip_gates=True)
+    (candidate,) = register(_admin(world), tarball, canary=True, workloads={"opsapp": images["b"]}, skip_gates=True)
     assert (stable.version, stable.status) == (f"1.0.0+{images['a'][-64:][:12]}", "active")
     assert (candidate.version, candidate.status) == (f"1.0.0+{images['b'][-64:][:12]}", "canary")
     got = world.call("platform_admin", "GET", f"/v1/catalog/apps/opsapp/versions/{candidate.version}", 200).json()
@@ -144,8 +144,9 @@ def test_register_pins_a_workload_image_per_version(world, tmp_path):
         images["b"], "canary", stable.artifact_id)
     assert got["artifact_reference"].startswith("collections/gpuaas_tests.opsapp:1.0.0_build.7@sha256:")
     # Again: nothing new; then the candidate is promoted.
-    assert register(_admin(world), tarball, canary=True, workloads={"opsapp": images["b"]}) == [candidate]
-    (promoted,) = register(_admin(world), tarball, activate=True, workloads={"opsapp": images["b"]})
+    assert register(_admin(world), tarball, canary=True, workloads={"opsapp": images["b"]},
+                    skip_gates=True) == [candidate]
+    (promoted,) = register(_admin(world), tarball, activate=True, workloads={"opsapp": images["b"]}, skip_gates=True)
     assert (promoted.version, promoted.status) == (candidate.version, "active")
 
 

@@ -5,6 +5,7 @@ with the publisher and the digest. Real PostgreSQL, the real app, the world of t
 
 from __future__ import annotations
 
+import dataclasses
 import hashlib
 import json
 import threading
@@ -22,6 +23,11 @@ PRIVATE = "tenant-a-notebooks"  # tenant A's private app: its slug starts with t
 @pytest.fixture
 def w(world: World, app, database, tmp_path) -> World:
     app.state.content_store = ContentStore(tmp_path / "content", database)
+    # Its builds are stand-in bytes, and a tenant's private artifacts and versions are no platform admin's to move
+    # past a gate: an operator who names no promotion gates (tests/api/test_promotion_gates.py and
+    # test_smoke_gates.py run them).
+    app.state.settings = dataclasses.replace(app.state.settings, promotion_staging_checks=(),
+                                             promotion_canary_smoke=False, promotion_canary_instances=0)
     return world
 
 

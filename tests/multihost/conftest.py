@@ -110,7 +110,7 @@ def make_world(cluster: Cluster, api: Replicas) -> MultiHost:
             secret(token)
     admin = httpx.Client(base_url=cluster.replicas["b"].url, headers=w.headers("platform_admin"), timeout=60)
     with admin:
-        register(admin, opsapp_build("1.0.0"), activate=True, reason="multi-host tests")
+        register(admin, opsapp_build("1.0.0"), activate=True, reason="multi-host tests", skip_gates=True)
     w.call("platform_admin", "POST", f"/v1/projects/{w.ids['project_a1']}/entitlements", 201,
            json={"app_slug": TEST_APP})
     mh = MultiHost(cluster, api, w)

@@ -12,17 +12,18 @@ from __future__ import annotations
 import hashlib
 import subprocess
 import sys
-import tarfile
 import tempfile
+import time
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
 import httpx
-import yaml
-from pydantic import ValidationError
 
-from ..content.collections import collection_manifest, read_collection_file
+from ..content.collections import collection_manifest
+from . import staging
 from .adapter import AppDescriptor
+from .staging import DescriptorError
 
 PROMOTION = ("draft", "staged", "canary", "active")
 
@@ -55,43 +56,27 @@ def build(source: Path, out: Path) -> Path:
 
 
 def descriptors(tarball: Path) -> list[AppDescriptor]:
-    """Every adapters/*.yml of the build, validated, and each checked against the build's content: the
-    playbooks, the status module and the credential modules it names are in this collection."""
-    manifest = collection_manifest(tarball)
-    fqcn = f"{manifest['namespace']}.{manifest['name']}."
-    with tarfile.open(tarball) as tar:
-        names = sorted(m.name for m in tar.getmembers() if m.isfile())
-    paths = [n for n in names if n.startswith("adapters/") and n.endswith((".yml", ".yaml"))]
-    if not paths:
-        raise RegisterError(f"{tarball.name} ships no adapter descriptor (adapters/<app>.yml)")
-    out = []
-    for path in paths:
-        try:
-            descriptor = AppDescriptor.model_validate(yaml.safe_load(read_collection_file(tarball, path)))
-        except (ValidationError, yaml.YAMLError) as exc:
-            raise RegisterError(f"{path}: {exc}") from None
-        wanted = {f"playbooks/{p.removeprefix(fqcn)}.yml": p for p in descriptor.actions.values()}
-        modules = [descriptor.status.module] if descriptor.status else []
-        modules += [c.module for c in descriptor.credentials.values()]
-        wanted |= {f"plugins/modules/{m.removeprefix(fqcn)}.py": m for m in modules}
-        missing = sorted(name for file, name in wanted.items() if not name.startswith(fqcn) or file not in names)
-        if missing:
-            raise RegisterError(f"{path} names content this collection ({fqcn[:-1]}) does not ship: "
-                                f"{', '.join(missing)}")
-        out.append(descriptor)
-    return out
+    """Every descriptor of the build, checked against its content (the staging gate's descriptor check)."""
+    try:
+        return staging.descriptors(tarball)
+    except DescriptorError as exc:
+        raise RegisterError(str(exc)) from None
 
 
 def register(api: httpx.Client, source: Path, *, activate: bool = False, canary: bool = False,
              workloads: dict[str, str] | None = None, signers: dict[str, str] | None = None,
-             reason: str = "registered", tenant_id: str | None = None) -> list[Registered]:
+             reason: str = "registered", tenant_id: str | None = None, skip_gates: bool = False,
+             say: Callable[[str], None] = lambda _line: None, gate_timeout: float = 1800) -> list[Registered]:
     """Register every app the collection at `source` (a tarball or a directory) describes; `api` carries
     the base URL and a publisher's token; `tenant_id`: as private apps of that tenant (the token's own).
     An app whose versions pin a workload (its image) gets a version only for the image `workloads[slug]`
     names, as `<descriptor version>+<digest>` (12 hex digits); without one, only the app is created.
     `signers[slug]` is the PEM public key that image's signature verifies with (its hosts enforce it).
     `activate` promotes what it registers to active, `canary` to canary (only instances that opted in may
-    bind it)."""
+    bind it). A collection build becomes staged through its staging gate, which this starts and follows (each
+    check's outcome goes to `say`); a version that needs a smoke run stops the promotion with a message saying
+    so. `skip_gates` (platform admins: the platform's own collection, whose CI ran the checks) moves past every
+    gate, recorded."""
     if activate and canary:
         raise RegisterError("choose --activate or --canary, not both")
     target = "active" if activate else "canary" if canary else None
@@ -112,12 +97,13 @@ def register(api: httpx.Client, source: Path, *, activate: bool = False, canary:
                             "with a workload")
     if set(signers) - set(workloads):
         raise RegisterError(f"--signed-by names {sorted(set(signers) - set(workloads))} without a --workload image")
+    promote = _Promotion(api, reason, skip_gates, say, gate_timeout)
     return [_register_app(api, d, digest, reference, workloads.get(d.app.slug), signers.get(d.app.slug), target,
-                          reason, tenant_id) for d in apps]
+                          promote, tenant_id) for d in apps]
 
 
 def _register_app(api: httpx.Client, d: AppDescriptor, digest: str, reference: str, image: str | None,
-                  signer: str | None, target: str | None, reason: str, tenant_id: str | None) -> Registered:
+                  signer: str | None, target: str | None, promote: _Promotion, tenant_id: str | None) -> Registered:
     slug = d.app.slug
     found = _call(api, "GET", f"/v1/catalog/apps/{slug}", (200, 404))
     if found.status_code == 404:
@@ -125,12 +111,12 @@ def _register_app(api: httpx.Client, d: AppDescriptor, digest: str, reference: s
     elif found.json()["tenant_id"] != tenant_id:
         where = "the platform catalog" if found.json()["tenant_id"] is None else "your tenant's private catalog"
         raise RegisterError(f"{slug} is in {where}: publish it there (--private publishes to your tenant's)")
-    artifact = _artifact(api, slug, "collection", reference, target, reason)
+    artifact = _artifact(api, slug, "collection", reference, target, promote)
     name, body = d.version, {"artifact_id": artifact["id"], "adapter": d.spec().model_dump(mode="json")}
     if d.workload:
         if image is None:
             return Registered(slug, "", digest, artifact["id"], "", "needs_workload")
-        pinned = _artifact(api, slug, d.workload.artifact_kind, image, target, reason, signer)
+        pinned = _artifact(api, slug, d.workload.artifact_kind, image, target, promote, signer)
         name = f"{d.version}+{pinned['digest'].split(':')[1][:12]}"
         body["workload_artifact_id"] = pinned["id"]
     found = _call(api, "GET", f"/v1/catalog/apps/{slug}/versions/{name}", (200, 404))
@@ -143,12 +129,11 @@ def _register_app(api: httpx.Client, d: AppDescriptor, digest: str, reference: s
     else:
         version = _call(api, "POST", f"/v1/catalog/apps/{slug}/versions", (201,), json={"version": name} | body).json()
     if target and version["status"] != target and version["status"] != "active":
-        version = _call(api, "POST", f"/v1/catalog/apps/{slug}/versions/{name}/transitions", (200,),
-                        json={"to": target, "reason": reason}).json()
+        version = promote.version(slug, name, target)
     return Registered(slug, name, digest, artifact["id"], version["id"], version["status"])
 
 
-def _artifact(api: httpx.Client, slug: str, kind: str, reference: str, target: str | None, reason: str,
+def _artifact(api: httpx.Client, slug: str, kind: str, reference: str, target: str | None, promote: _Promotion,
               signer: str | None = None) -> dict:
     """The app's artifact of `kind` for `reference` (by digest), created when missing, promoted up to
     `target`; one that is further along already stays where it is."""
@@ -162,9 +147,66 @@ def _artifact(api: httpx.Client, slug: str, kind: str, reference: str, target: s
         raise RegisterError(f"{reference} is already registered with another signer key")
     if target and artifact["status"] in PROMOTION:
         for step in PROMOTION[PROMOTION.index(artifact["status"]) + 1:PROMOTION.index(target) + 1]:
-            artifact = _call(api, "POST", f"/v1/catalog/artifacts/{artifact['id']}/transitions", (200,),
-                             json={"to": step, "reason": reason}).json()
+            artifact = promote.artifact(artifact, step)
     return artifact
+
+
+@dataclass
+class _Promotion:
+    """The moves a registration makes, through their gates (or past them with skip_gates)."""
+    api: httpx.Client
+    reason: str
+    skip_gates: bool
+    say: Callable[[str], None]
+    gate_timeout: float
+
+    def _move(self, path: str, to: str) -> httpx.Response:
+        return _call(self.api, "POST", path, (200, 409),
+                     json={"to": to, "reason": self.reason, "skip_gates": self.skip_gates})
+
+    def artifact(self, artifact: dict, to: str) -> dict:
+        moved = self._move(f"/v1/catalog/artifacts/{artifact['id']}/transitions", to)
+        if moved.status_code == 200:
+            return moved.json()
+        if _error(moved).get("details", {}).get("gate") != "staging":
+            raise RegisterError(f"{artifact['reference']} -> {to}: {moved.text[:800]}")
+        gate = _call(self.api, "POST", f"/v1/catalog/artifacts/{artifact['id']}/gates", (200, 202),
+                     json={"kind": "staging", "reason": self.reason}).json()
+        self.say(f"{artifact['app_slug']}: staging gate {gate['id']} on {artifact['digest']} "
+                 f"({', '.join(c['name'] for c in gate['checks'])})")
+        deadline = time.monotonic() + self.gate_timeout
+        while gate["status"] not in ("passed", "failed"):
+            if time.monotonic() > deadline:
+                raise RegisterError(f"staging gate {gate['id']} is still {gate['status']} after "
+                                    f"{self.gate_timeout:.0f} s (is a worker running?)")
+            time.sleep(1)
+            gate = _call(self.api, "GET", f"/v1/catalog/gates/{gate['id']}", (200,)).json()
+        for check in gate["checks"]:
+            self.say(f"  {check['name']}: {check['status']}: {check.get('summary', '')}")
+            for f in check.get("findings", [])[:20]:
+                self.say(f"    {f['rule']} {f['path'] or ''}{':' + str(f['line']) if f['path'] else ''} "
+                         f"{f['message']}")
+        if gate["status"] == "failed":
+            raise RegisterError(f"staging gate {gate['id']} failed: {gate['reason']}")
+        return _call(self.api, "GET", f"/v1/catalog/artifacts/{artifact['id']}", (200,)).json()
+
+    def version(self, slug: str, name: str, to: str) -> dict:
+        moved = self._move(f"/v1/catalog/apps/{slug}/versions/{name}/transitions", to)
+        if moved.status_code == 200:
+            return moved.json()
+        error = _error(moved)
+        if error.get("details", {}).get("gate") == "smoke":
+            raise RegisterError(f"{slug} {name} is registered (draft); it becomes {to} after a smoke run: promote "
+                                f"with `gpuaas apps smoke {slug} {name} --project P --allocation A --wait`, then "
+                                f"`gpuaas apps promote {slug} --version {name} --to {to}`")
+        raise RegisterError(f"{slug} {name} -> {to}: {error.get('message') or moved.text[:800]}")
+
+
+def _error(response: httpx.Response) -> dict:
+    try:
+        return response.json().get("error") or {}
+    except ValueError:
+        return {}
 
 
 def _call(api: httpx.Client, method: str, path: str, expect: tuple[int, ...], **kw) -> httpx.Response:

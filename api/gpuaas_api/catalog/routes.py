@@ -1,9 +1,9 @@
 from __future__ import annotations
 
-from typing import Annotated
+from typing import Annotated, Literal
 from uuid import UUID
 
-from fastapi import Path, Query, Request
+from fastapi import Path, Query, Request, Response
 
 from .. import docs, errors
 from ..common import Page, Slug, decode_cursor, page_of
@@ -11,11 +11,11 @@ from ..content.routes import content_store
 from ..content.routes import readable as content_readable
 from ..content.store import InvalidDigest
 from ..deps import DB, AppSettings, Caller, CursorParam, LimitParam, get_operation_settings, router
-from ..errors import unprocessable
+from ..errors import not_found, unprocessable
 from ..iam.service import get_tenant
 from ..location import LocatedRoute
 from ..registry import tenant as tenant_registries
-from . import scope, service, smoke
+from . import events, gates, scope, service, smoke
 from .files import check_source, parse_file_reference
 from .rules import parse_reference
 from .schemas import (
@@ -25,8 +25,10 @@ from .schemas import (
     ArtifactCreate,
     ArtifactStatus,
     ArtifactTransition,
+    CatalogEvent,
     Gate,
     SmokeGateCreate,
+    StagingGateCreate,
     Version,
     VersionCreate,
     VersionString,
@@ -81,7 +83,7 @@ def get_app(slug: SlugPath, caller: Caller, db: DB):
                                       'reference': 'sha256:5f70bf18a086007016e948b04aed3b82'
                                                    '103a36bea41755b6cddfaf10ace3c6ef'}),
           responses=errors.responses("invalid_digest", "artifact_content_missing", "reference_not_pinned",
-                                     "invalid_reference", "file_source_not_allowed"),
+                                     "invalid_reference", "file_source_not_allowed", "registry_tenant_private"),
           response_model=Artifact, status_code=201)
 def create_artifact(slug: SlugPath, body: ArtifactCreate, caller: Caller, db: DB, request: Request,
                     settings: AppSettings):
@@ -150,14 +152,83 @@ def get_artifact(artifact_id: UUID, caller: Caller, db: DB):
 
 @api.post("/v1/catalog/artifacts/{artifact_id}/transitions", operation_id="catalog_artifacts_transition",
           openapi_extra=docs.example({'to': 'active', 'reason': 'signature verified, smoke test passed'}),
-          responses=errors.responses("illegal_transition", "unknown_state", "artifact_in_use"),
+          responses=errors.responses("illegal_transition", "unknown_state", "artifact_in_use", "gate_required",
+                                     "retire_grace_period"),
           response_model=Artifact)
-def transition_artifact(artifact_id: UUID, body: ArtifactTransition, caller: Caller, db: DB):
+def transition_artifact(artifact_id: UUID, body: ArtifactTransition, caller: Caller, db: DB, settings: AppSettings):
     """Move an artifact through draft → staged → canary → active → deprecated → retired (canary → staged
-    rolls back). The app's publishers; audited with actor, before, after, reason and digest."""
+    rolls back). The app's publishers; audited with actor, before, after, reason and digest. A collection build
+    becomes staged through its staging gate (POST .../gates; 409 gate_required here); retired waits
+    promotion_retire_grace_seconds after deprecation. `skip_gates`: a platform admin's move past them, recorded."""
     with db.transaction() as conn:
         scope.require_publish(caller, scope.artifact_for(conn, caller, artifact_id)["app_tenant_id"])
-        return service.transition_artifact(conn, caller, artifact_id, body.to, body.reason)
+        return service.transition_artifact(conn, caller, artifact_id, body.to, body.reason, gates=settings,
+                                           skip_gates=body.skip_gates)
+
+
+@api.post("/v1/catalog/artifacts/{artifact_id}/gates", operation_id="catalog_artifacts_gates_start",
+          openapi_extra=docs.example({'kind': 'staging', 'reason': 'release 1.4.0'}),
+          responses=errors.responses("gate_not_applicable"), response_model=Gate, status_code=202)
+def start_artifact_gate(artifact_id: UUID, body: StagingGateCreate, caller: Caller, db: DB, settings: AppSettings,
+                        response: Response):
+    """Start the staging gate of a draft collection artifact (the app's publishers): the platform's checks on its
+    exact build (promotion_staging_checks: descriptor, ansible-lint production profile, ansible-test sanity), run
+    by a worker; a pass makes the artifact staged. An open staging gate of the artifact is returned (200) rather
+    than a second. Follow it at GET /v1/catalog/gates/{id}."""
+    with db.transaction() as conn:
+        scope.require_publish(caller, scope.artifact_for(conn, caller, artifact_id)["app_tenant_id"])
+        gate, created = gates.start_staging(conn, caller, artifact_id, body.reason,
+                                            settings.promotion_staging_checks)
+    if not created:
+        response.status_code = 200
+    return gate
+
+
+@api.get("/v1/catalog/gates/{gate_id}", operation_id="catalog_gates_get", response_model=Gate)
+def get_gate(gate_id: UUID, caller: Caller, db: DB):
+    """One promotion gate (staging or smoke): its status, each check's result with its findings (rule, path,
+    line) and the tail of the tool's output, the reason it failed."""
+    caller.require_anywhere("apps.catalog.read")
+    with db.transaction() as conn:
+        gate = gates.get_gate(conn, gate_id)
+        try:
+            app = scope.app_for(conn, caller, gate["app_slug"])
+        except errors.ApiError as exc:
+            raise not_found("gate", gate_id) from exc
+        return gates.for_reader(caller, gate, app["tenant_id"])
+
+
+@api.get("/v1/catalog/apps/{slug}/gates", operation_id="catalog_gates_list", response_model=Page[Gate])
+def list_gates(slug: SlugPath, caller: Caller, db: DB, artifact_id: Annotated[UUID | None, Query()] = None,
+               version: Annotated[VersionString | None, Query()] = None,
+               kind: Annotated[Literal["staging", "smoke"] | None, Query()] = None,
+               status: Annotated[Literal["queued", "running", "passed", "failed"] | None, Query()] = None,
+               cursor: CursorParam = None, limit: LimitParam = 50):
+    """The app's promotion gates, oldest first, optionally of one artifact or version, kind or status."""
+    caller.require_anywhere("apps.catalog.read")
+    with db.transaction() as conn:
+        tenant_id = scope.app_for(conn, caller, slug)["tenant_id"]
+        rows = gates.list_gates(conn, slug, after=decode_cursor(cursor) or 0, limit=limit, artifact_id=artifact_id,
+                                version=version, kind=kind, status=status)
+    items, nxt = page_of(rows, limit)
+    return {"items": [gates.for_reader(caller, g, tenant_id) for g in items], "next_cursor": nxt}
+
+
+@api.get("/v1/catalog/apps/{slug}/events", operation_id="catalog_events_list", response_model=Page[CatalogEvent])
+def list_catalog_events(slug: SlugPath, caller: Caller, db: DB, artifact_id: Annotated[UUID | None, Query()] = None,
+                        version: Annotated[VersionString | None, Query()] = None,
+                        type: Annotated[str | None, Query(max_length=100)] = None,  # noqa: A002 - the field's name
+                        cursor: CursorParam = None, limit: LimitParam = 50):
+    """The app's catalog timeline, oldest first: each gate's start and outcome (with the correlation id of the
+    request that started it), skipped gates; optionally of one artifact or version, or one type."""
+    caller.require_anywhere("apps.catalog.read")
+    with db.transaction() as conn:
+        tenant_id = scope.app_for(conn, caller, slug)["tenant_id"]
+        version_id = service.get_version(conn, slug, version)["id"] if version else None
+        rows = events.list_events(conn, slug, after=decode_cursor(cursor) or 0, limit=limit, artifact_id=artifact_id,
+                                  app_version_id=version_id, event_type=type)
+    items, nxt = page_of(rows, limit, key="id")
+    return {"items": [gates.event_for_reader(caller, e, tenant_id) for e in items], "next_cursor": nxt}
 
 
 @api.post("/v1/catalog/apps/{slug}/versions", operation_id="catalog_versions_create",

@@ -115,6 +115,8 @@ class Artifact(BaseModel):
     source: str | None = None
     created_at: datetime
     updated_at: datetime
+    status_changed_at: datetime | None = Field(default=None, description="when it entered its status (retirement "
+                                                "waits promotion_retire_grace_seconds after deprecation)")
 
 
 class VersionCreate(Strict):
@@ -180,6 +182,29 @@ class Version(BaseModel):
 class ArtifactTransition(Strict):
     to: ArtifactStatus
     reason: Reason
+    skip_gates: bool = Field(default=False, description="move past the gates this move answers to (a collection "
+                             "build's staging gate, the retire grace period): apps.catalog.gates.skip (platform "
+                             "admins), recorded as gate.skipped")
+
+
+class StagingGateCreate(Strict):
+    """The staging gate of a draft collection artifact: the platform's checks on its exact build (descriptor,
+    ansible-lint production profile, ansible-test sanity); a pass makes the artifact staged."""
+    kind: Literal["staging"] = "staging"
+    reason: Reason
+
+
+class CatalogEvent(BaseModel):
+    """One event of an app's catalog timeline (a gate's start and outcome, a skipped gate)."""
+    id: int
+    app_slug: str
+    artifact_id: UUID | None = None
+    app_version_id: UUID | None = None
+    gate_id: UUID | None = None
+    type: str
+    payload: dict[str, Any]
+    correlation_id: str
+    occurred_at: datetime
 
 
 class VersionTransition(Strict):

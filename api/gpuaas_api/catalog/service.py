@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+from datetime import timedelta
 from typing import Any
 from uuid import UUID
 
@@ -158,7 +159,44 @@ def create_artifact(conn, actor: Principal, slug: str, kind: str, reference: str
     return row
 
 
-def transition_artifact(conn, actor: Principal, artifact_id: UUID, target: str, reason: str) -> dict:
+def check_artifact_gates(conn, actor: Principal, artifact: dict, target: str, settings, skip_gates: bool,
+                         reason: str) -> list[str]:
+    """A move by hand that a gate guards is refused: a collection build's draft -> staged is its staging gate's
+    (409 gate_required) while the operator names staging checks; deprecated -> retired waits the grace period
+    (409 retire_grace_period). `skip_gates` (apps.catalog.gates.skip: platform admins) moves past them, recorded
+    as a gate.skipped event; returns the gates skipped."""
+    if skip_gates:
+        actor.require("apps.catalog.gates.skip")
+    refusals = []
+    if (artifact["status"], target) == ("draft", "staged") and artifact["kind"] == "collection" \
+            and settings.promotion_staging_checks:
+        refusals.append(("staging", conflict(
+            "gate_required", "a collection build becomes staged through a passed staging gate ("
+            f"{', '.join(settings.promotion_staging_checks)} on the exact build)", gate="staging",
+            route=f"POST /v1/catalog/artifacts/{artifact['id']}/gates")))
+    if target == "retired":
+        retire_after = artifact["status_changed_at"] + timedelta(seconds=settings.promotion_retire_grace_seconds)
+        if conn.execute("SELECT now() < %s AS early", (retire_after,)).fetchone()["early"]:
+            refusals.append(("retire_grace", conflict(
+                "retire_grace_period", f"a deprecated artifact is retired {settings.promotion_retire_grace_seconds} s "
+                f"after its deprecation at the earliest: after {retire_after.isoformat()}",
+                retire_after=retire_after.isoformat())))
+    if refusals and not skip_gates:
+        raise refusals[0][1]
+    skipped = [gate for gate, _ in refusals]
+    if skipped:
+        events.append(conn, {"slug": artifact["app_slug"], "tenant_id": artifact["app_tenant_id"]}, "gate.skipped",
+                      {"gates": skipped, "from": artifact["status"], "to": target, "reason": reason,
+                       "by": {"kind": actor.kind, "id": actor.id, "name": actor.name}},
+                      artifact_id=artifact["id"])
+    return skipped
+
+
+def transition_artifact(conn, actor: Principal, artifact_id: UUID, target: str, reason: str, *, gates=None,
+                        skip_gates: bool = False) -> dict:
+    """Move an artifact (legal moves only; not retired while an instance uses it). `gates`: the promotion
+    settings a move by hand answers to (check_artifact_gates); None for the moves the platform makes itself (a
+    passed staging gate)."""
     before = get_artifact(conn, artifact_id, lock=True)
     check_transition(ARTIFACT_TRANSITIONS, "artifact", before["status"], target)
     if target == "retired":
@@ -175,11 +213,13 @@ def transition_artifact(conn, actor: Principal, artifact_id: UUID, target: str, 
         if users:
             raise conflict("artifact_in_use", f"artifact is referenced by {users} instance(s) (running it or "
                            "keeping it as rollback target); cannot retire", instances=users)
-    after = conn.execute("UPDATE artifacts SET status = %s, updated_at = now() WHERE id = %s RETURNING *",
-                         (target, artifact_id)).fetchone()
+    skipped = check_artifact_gates(conn, actor, before, target, gates, skip_gates, reason) if gates else []
+    after = conn.execute("""UPDATE artifacts SET status = %s, updated_at = now(), status_changed_at = now()
+                              WHERE id = %s RETURNING *""", (target, artifact_id)).fetchone()
     tenant_id = before["app_tenant_id"]
     audit.record(conn, actor, "apps.catalog.artifact.transition", "artifact", artifact_id,
-                 before={"status": before["status"]}, after={"status": target}, reason=reason,
+                 before={"status": before["status"]},
+                 after={"status": target} | ({"skipped_gates": skipped} if skipped else {}), reason=reason,
                  context=_context(before["app_slug"], tenant_id))
     # A version may only stand on artifacts its status allows (rules.VERSION_NEEDS): an active artifact
     # leaving active deprecates the versions on it; a canary one sent back to staged returns its canary

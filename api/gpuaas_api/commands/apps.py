@@ -25,6 +25,8 @@ VERSION = arg("version", metavar="VERSION", to="path", help="the version, e.g. 1
 ARTIFACT = arg("artifact", metavar="ARTIFACT", to="path", key="artifact_id", resolve=_artifact,
                help="its id or any unique start of it")
 REASON = arg("--reason", required=True, help="why (audited)")
+SKIP_GATES = arg("--skip-gates", action="store_true", help="move past the promotion gates (platform admins; "
+                 "recorded as gate.skipped)")
 VERSION_COLUMNS = ("app_slug", "version", "status", "artifact_reference", "artifact_status", "updated_at", "id")
 ARTIFACT_COLUMNS = ("app_slug", "kind", "reference", "status", "updated_at", "id")
 SHOW_APP = Verb("show", "catalog_apps_get", "GET", "/v1/catalog/apps/{slug}", "one app of the catalog", (APP,))
@@ -35,22 +37,24 @@ VERSIONS = (
          "one version: its artifacts, compatibility, runtime profile and adapter", (APP, VERSION)),
     Verb("transition", "catalog_versions_transition", "POST", "/v1/catalog/apps/{slug}/versions/{version}/transitions",
          "promote or retire a version (draft, canary, active, deprecated; platform admins)",
-         (APP, VERSION, arg("--to", required=True, choices=("draft", "canary", "active", "deprecated")), REASON),
+         (APP, VERSION, arg("--to", required=True, choices=("draft", "canary", "active", "deprecated")), REASON,
+          SKIP_GATES),
          VERSION_COLUMNS),
 )
 ARTIFACTS = (
     Verb("list", "catalog_artifacts_list", "GET", "/v1/catalog/apps/{slug}/artifacts",
          "an app's artifacts: the collection builds and images its versions pin",
          (APP, arg("--status", to="query", help="only artifacts in this status")), ARTIFACT_COLUMNS),
-    Verb("show", "catalog_artifacts_get", "GET", "/v1/catalog/artifacts/{artifact_id}", "one artifact", (ARTIFACT,)),
     Verb("transition", "catalog_artifacts_transition", "POST", "/v1/catalog/artifacts/{artifact_id}/transitions",
          "promote or retire an artifact (draft, staged, canary, active, deprecated, retired; platform admins)",
          (ARTIFACT, arg("--to", required=True, choices=("draft", "staged", "canary", "active", "deprecated",
-                                                         "retired")), REASON), ARTIFACT_COLUMNS),
+                                                         "retired")), REASON, SKIP_GATES), ARTIFACT_COLUMNS),
 )
 
 
 def register(sub: argparse._SubParsersAction) -> None:
+    from .gates import add_artifact_show, add_promote, events_verb
+
     p = sub.add_parser("apps", help="the app catalog: list it (any token that may read it), publish apps "
                                     "(publishers)")
     asub = p.add_subparsers(dest="apps_command", metavar="ACTION", required=True)
@@ -72,6 +76,9 @@ def register(sub: argparse._SubParsersAction) -> None:
                      help="the PEM public key APP's --workload image is signed with (sigstore); its hosts accept "
                      "only images that verify with it")
     reg.add_argument("--reason", default="published with gpuaas apps publish")
+    reg.add_argument("--skip-gates", action="store_true", help="move past the promotion gates (platform admins; "
+                     "recorded as gate.skipped): the platform's own collection, whose CI ran the checks; without "
+                     "it --activate/--canary start the build's staging gate and wait for it")
     reg.set_defaults(func=register_apps)
     ls = asub.add_parser("list", help="the apps of the catalog with their versions (any token that may read it)")
     output_option(ls)
@@ -79,8 +86,11 @@ def register(sub: argparse._SubParsersAction) -> None:
     add(asub, SHOW_APP)
     smoke.register(asub)
     resource(sub, "versions", "the catalog's app versions: list, show, transition", VERSIONS)
+    add_promote(asub)
+    add(asub, events_verb(APP))
     resource(sub, "artifacts", "the catalog's artifacts (collection builds, images): list, show, transition",
              ARTIFACTS)
+    add_artifact_show(sub.choices["artifacts"]._subparsers._group_actions[0], _artifact)
 
 
 @command("catalog_apps_list", "catalog_versions_list")
@@ -99,7 +109,8 @@ def list_apps(args, client) -> int:
     return 0
 
 
-@command("catalog_apps_create", "catalog_artifacts_create", "catalog_versions_create", "content_head", "content_put")
+@command("catalog_apps_create", "catalog_artifacts_create", "catalog_versions_create", "content_head", "content_put",
+         "catalog_artifacts_gates_start")
 def register_apps(args, client) -> int:
     """As the caller: the token of `gpuaas login` (or GPUAAS_TOKEN), like every client command; a platform
     publisher's for the platform catalog, a tenant publisher's with --private."""
@@ -126,7 +137,8 @@ def register_apps(args, client) -> int:
         if args.private and tenant is None:
             raise ClientError("--private publishes to the token's own tenant, and this token belongs to none")
         registered = register(client.http, args.collection, activate=args.activate, canary=args.canary,
-                              workloads=workloads, signers=signers, reason=args.reason, tenant_id=tenant)
+                              workloads=workloads, signers=signers, reason=args.reason, tenant_id=tenant,
+                              skip_gates=args.skip_gates, say=lambda line: print(line, flush=True))
     except httpx.TransportError as exc:
         raise unreachable(client.url, exc) from None
     except (RegisterError, httpx.HTTPError) as exc:

@@ -38,6 +38,7 @@ from psycopg.types.json import Jsonb
 from .. import correlation
 from ..audit import service as audit
 from ..catalog import parameters
+from ..catalog.gate_worker import GateWorker
 from ..config import OperationSettings
 from ..db import Database, retrying
 from ..errors import ApiError
@@ -135,6 +136,8 @@ class Worker:
         checkers = HealthChecker(self.db, self.settings, self.name, self.stop).start()
         # Usage metering too (metering/): a pass every metering_interval_seconds.
         meters = Metering(self.db, self.settings, self.stop).start()
+        # Promotion gates too (catalog/gate_worker.py): staging checks of publishers' builds, smoke runs' steps.
+        meters += GateWorker(self.db, self.settings, self.stop, self.name).start()
         threads = [threading.Thread(target=self._loop, args=(f"{self.name}/{i}",), name=f"worker-{i}", daemon=True)
                    for i in range(self.concurrency)]
         for t in threads:
