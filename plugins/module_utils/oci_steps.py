@@ -20,6 +20,7 @@ import hashlib
 import json
 import os
 
+from ansible_collections.gpuaas.apps.plugins.module_utils.file_artifacts import ROOT as FILES_ROOT
 from ansible_collections.gpuaas.apps.plugins.module_utils.file_artifacts import FileArtifactError, file_path
 from ansible_collections.gpuaas.apps.plugins.module_utils.files import read_text, remove_file, write_file
 from ansible_collections.gpuaas.apps.plugins.module_utils.oci import (
@@ -580,6 +581,18 @@ def wait(module, podman, name, probe, deadline=None, systemd=None):
     return result
 
 
+def file_artifacts_to_remove(record, path_record):
+    """The file artifacts the workload's record lists that are on the host and that no other workload's record
+    lists: a tenant's files leave the host with its workload (they are shared by digest only between workloads
+    that still run there)."""
+    mine = [p for p in record.get("files") or {} if p.startswith(os.path.join(FILES_ROOT, "sha256") + "/")]
+    others = set()
+    for path in glob.glob(os.path.join(os.path.dirname(path_record), "*.json")):
+        if path != path_record:
+            others.update((read_json(path) or {}).get("files") or {})
+    return [p for p in mine if p not in others and os.path.lexists(p)]
+
+
 def remove(podman, systemd, name, image_=None, stop_timeout=10, check=False):
     """Stops and removes the workload: its unit, container, environment file, every image of its record (and
     ``image_``) and the record."""
@@ -598,11 +611,13 @@ def remove(podman, systemd, name, image_=None, stop_timeout=10, check=False):
     present_images = [i for i in images if have_podman and podman.image(i) is not None]
     unit_known = os.path.exists(unit_path) or systemd.active(unit) or systemd.enabled(unit)
     files = [f for f in (unit_path, path_env, path_record) if os.path.lexists(f)]
+    artifacts = file_artifacts_to_remove(record, path_record)
     removed = ["unit %s" % unit] if unit_known else []
     removed += ["container %s" % container_name(name)] if container else []
-    removed += ["image %s" % i for i in present_images] + ["file %s" % f for f in files]
+    removed += ["image %s" % i for i in present_images] + ["file %s" % f for f in files + artifacts]
     result = dict(unit=unit, container=container_name(name), restarted=False, removed=removed, images=images,
-                  retired_images=present_images, changed=bool(removed))
+                  retired_images=present_images, file_artifacts=artifacts,
+                  changed=bool(removed))
     result["diff"] = dict(before="\n".join(removed) + ("\n" if removed else ""), after="")
     if check or not removed:
         return result
@@ -611,7 +626,7 @@ def remove(podman, systemd, name, image_=None, stop_timeout=10, check=False):
     if container:
         # Stopping the unit removes it already (ExecStopPost); this catches one started outside the unit.
         podman.run(["rm", "--force", "--ignore", "--time", str(stop_timeout), container_name(name)])
-    for f in files:
+    for f in files + artifacts:
         remove_file(f)
     if unit_known:
         systemd.run("daemon-reload")

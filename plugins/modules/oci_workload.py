@@ -203,6 +203,14 @@ removed:
   type: list
   elements: str
   sample: [unit gpuaas-oci-web.service, container gpuaas-oci-web]
+file_artifacts:
+  description:
+    - With V(absent), the file artifacts (by path) the workload mounted that it removed (or would remove); one another
+      workload's record lists stays.
+  returned: when state is absent
+  type: list
+  elements: str
+  sample: [/var/lib/gpuaas/files/sha256/4d4f...]
 removed_scopes:
   description: With V(absent), the trust policy scopes removed.
   returned: when state is absent
@@ -301,6 +309,7 @@ def absent(module, podman, systemd):
         remove_file(leftover)
     return dict(removed=removed["removed"] + (["file %s" % leftover] if has_leftover else []),
                 images=removed["images"], retired_images=removed["retired_images"],
+                file_artifacts=removed["file_artifacts"],
                 removed_scopes=untrusted["removed_scopes"], trust_changed=untrusted["changed"],
                 changed=removed["changed"] or untrusted["changed"] or has_leftover,
                 diff=as_list(removed["diff"]) + untrusted["diff"])

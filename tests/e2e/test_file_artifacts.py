@@ -5,7 +5,8 @@ artifact of the OCI app, a version of the app whose adapter needs it mounted at 
 busybox httpd serves /www), deployed on the test host. What the service serves back hashes to the artifact's digest.
 Then the attack a real host faces: its copy altered in place (someone with write access on the host; the container
 sees it read-only). The next run refuses it, naming the digest, and removes it; the run after that places a verified
-copy again. The instance is decommissioned at the end, leaving the world to the other tests."""
+copy again. The instance is decommissioned at the end, which removes the file from the host, leaving the world to
+the other tests."""
 
 import hashlib
 import secrets
@@ -51,12 +52,12 @@ def test_a_file_artifact_reaches_the_host_by_digest_and_a_tampered_copy_is_refus
         "name": "files", "app_slug": OCI_APP, "version": name, "allocation_ids": [demo.ids["pool-oci"]],
         "topology": [{"role": "replica", "count": 1}], "parameters": OCI_TEST_HOST_PARAMETERS})
     demo.ids["files"] = instance["id"]
+    path = f"/var/lib/gpuaas/files/sha256/{digest.split(':')[1]}"
     try:
         op = demo.operate("/deploy", instance="files")
         assert op["status"] == "succeeded", op
         # The service serves the file's bytes: they hash to the artifact's digest.
         assert "sha256:" + hashlib.sha256(served(demo)).hexdigest() == digest
-        path = f"/var/lib/gpuaas/files/sha256/{digest.split(':')[1]}"
         assert demo.host_sh(HOST, f"stat -c %a {path}") == "444"
         mounts = demo.oci_container(HOST)["Mounts"]
         (mount,) = [m for m in mounts if m["Destination"] == "/www/site.txt"]
@@ -77,3 +78,5 @@ def test_a_file_artifact_reaches_the_host_by_digest_and_a_tampered_copy_is_refus
     finally:
         done = demo.operate("/decommission", instance="files")
         assert done["status"] == "succeeded", done
+    # The tenant's file leaves the host with its workload.
+    assert demo.host_sh(HOST, f"test -e {path} && echo present || echo gone") == "gone"

@@ -4,10 +4,12 @@ tampered source is refused and leaves nothing there; a copy altered on the host 
 digests, and the next run places a verified copy. The module on a real host: tests/e2e/test_file_artifacts.py."""
 
 import hashlib
+import json
 import os
 import stat
 
 import pytest
+from ansible_collections.gpuaas.apps.plugins.module_utils import oci_steps
 from ansible_collections.gpuaas.apps.plugins.module_utils.file_artifacts import FileArtifactError, file_path, place
 from ansible_collections.gpuaas.apps.plugins.module_utils.oci_steps import file_volumes, request_problems
 from test_oci_steps import GOOD
@@ -97,3 +99,21 @@ def test_a_workload_mounts_each_file_read_only_from_its_digests_path():
     assert len(problems) == 1 and "must be sha256" in problems[0]
     problems = request_problems(GOOD | {"files": [{"name": "b", "digest": DIGEST, "mount": "/www/../etc/b"}]})
     assert len(problems) == 1 and "absolute path" in problems[0]
+
+
+def test_a_teardown_removes_the_files_no_other_workload_on_the_host_mounts(tmp_path, source, monkeypatch):
+    root = str(tmp_path / "files")
+    monkeypatch.setattr(oci_steps, "FILES_ROOT", root)
+    kept_data = b"a file another workload mounts\n"
+    kept_source = tmp_path / "kept"
+    kept_source.write_bytes(kept_data)
+    mine = place(DIGEST, src=source, root=root)["path"]
+    shared = place("sha256:" + hashlib.sha256(kept_data).hexdigest(), src=str(kept_source), root=root)["path"]
+    records = tmp_path / "records"
+    records.mkdir()
+    (records / "other.json").write_text(json.dumps({"name": "other", "files": {shared: 1}}))
+    record = {"name": "web", "files": {mine: 1, shared: 2, "/etc/passwd": 3}}
+    # Only paths under the files root, only those no other record lists: never what a record names elsewhere.
+    assert oci_steps.file_artifacts_to_remove(record, str(records / "web.json")) == [mine]
+    os.unlink(mine)
+    assert oci_steps.file_artifacts_to_remove(record, str(records / "web.json")) == []
