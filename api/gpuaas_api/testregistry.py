@@ -3,13 +3,14 @@
     from gpuaas_api import testregistry as tr
 
     reg = tr.Registry.start(prefix)        # a `registry` test host (testhosts) on the test network
+    own = tr.Registry.start(prefix, name="acme-registry")  # another one beside it (a tenant's own registry)
     reg.address                            # "10.88.0.5:5000": plain HTTP; reached from here and from test hosts
     image = tr.build_image("v1")           # local image: FROM scratch, static busybox httpd on :8080 serving /www
     key = tr.SigningKey.generate()         # ECDSA P-256 in cosign's encrypted key format; key.public_pem
     ref = tr.push(reg, "apps/web", "v1", image, sign_with=key)  # "10.88.0.5:5000/apps/web@sha256:..."
     ref = tr.push(reg, "apps/web", "v2", tr.build_image("v2"))  # unsigned
     tr.sign(reg, "apps/web", "v2", other_key)                   # sign what a tag points at (signatures add up)
-    reg.set_credentials("user", "secret")  # basic auth (htpasswd) on; pushes here use it from then on
+    reg.set_credentials("user", "secret")  # basic auth (htpasswd, bcrypt) alone; pushes here use it from then on
     reg.clear_credentials()                # anonymous again
     reg.use_token_service(realm, service, issuer, certificate_pem)  # bearer tokens only (see below)
     reg.registries_conf()                  # registries.conf text for a test host: this registry is plain HTTP

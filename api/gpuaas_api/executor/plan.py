@@ -11,7 +11,11 @@ checked against the version's declared schema), the spec's action_vars[kind], th
 artifact (`registry/repository@digest`) under the spec's workload variable and its signer's public key
 under the signer key variable, the version's files (catalog/files.py) under the spec's files variable, the
 access map (access/service.py) under the spec's access variable, then the operation's targets under the
-spec's target variables. The runner hands all of them to Ansible as unsafe."""
+spec's target variables. The runner hands all of them to Ansible as unsafe.
+
+Secret vars: the instance's secrets and, under the workload's pull credential variable, a per-run credential of the
+platform's registry (registry/credentials.py) or the credentials of the instance's own tenant's private registry
+(registry/tenant.py)."""
 
 from __future__ import annotations
 
