@@ -162,6 +162,22 @@ class Ctx:
             "adapter": SLURM_ADAPTER})
         return version
 
+    def draft_collection(self, actor: str = PA, slug: str = "slurm") -> str:
+        """A draft collection artifact of `slug` (its build stored by `actor`): what a staging gate checks."""
+        digest, data = self.fresh_content()
+        self.w.call(actor, "PUT", f"/v1/content/{digest}", 201, content=data)
+        return self.w.call(actor, "POST", f"/v1/catalog/apps/{slug}/artifacts", 201, json={
+            "kind": "collection", "reference": f"collections/a.matrix:1.0.0@{digest}"}).json()["id"]
+
+    def staging_gate(self, private: bool = False) -> str:
+        """A queued staging gate (no worker runs here) of the platform's slurm app, or of tenant A's private app."""
+        key = "private_gate" if private else "gate"
+        if key not in self.ids:
+            actor, slug = (TA, self.private_app()) if private else (PA, "slurm")
+            self.ids[key] = self.w.call(actor, "POST", f"/v1/catalog/artifacts/{self.draft_collection(actor, slug)}"
+                                        "/gates", 202, json={"kind": "staging", "reason": "matrix"}).json()["id"]
+        return self.ids[key]
+
     def active_artifact(self) -> str:
         return str(self.sql("SELECT id FROM artifacts WHERE status = 'active' LIMIT 1")["id"])
 
@@ -432,6 +448,15 @@ CASES: list[Case] = [
       lambda x, a: ("GET", f"/v1/catalog/artifacts/{x.active_artifact()}", {})),
     c("POST", "/v1/catalog/artifacts/{artifact_id}/transitions", {PA}, lambda x, a: (
         "POST", f"/v1/catalog/artifacts/{x.fresh_artifact()}/transitions", {"json": {"to": "staged", "reason": "ok"}})),
+    c("POST", "/v1/catalog/artifacts/{artifact_id}/gates", {PA}, lambda x, a: (
+        "POST", f"/v1/catalog/artifacts/{x.draft_collection()}/gates",
+        {"json": {"kind": "staging", "reason": "release"}})),
+    c("GET", "/v1/catalog/gates/{gate_id}", AUTHENTICATED,
+      lambda x, a: ("GET", f"/v1/catalog/gates/{x.staging_gate()}", {})),
+    c("GET", "/v1/catalog/apps/{slug}/gates", AUTHENTICATED,
+      lambda x, a: ("GET", "/v1/catalog/apps/slurm/gates", {})),
+    c("GET", "/v1/catalog/apps/{slug}/events", AUTHENTICATED,
+      lambda x, a: ("GET", "/v1/catalog/apps/slurm/events", {})),
     c("POST", "/v1/catalog/apps/{slug}/versions", {PA}, lambda x, a: (
         "POST", "/v1/catalog/apps/slurm/versions", {"json": {
             "version": uniq("3.0"), "artifact_id": x.active_artifact(), "compatibility": SLURM_COMPAT,
@@ -463,6 +488,15 @@ CASES: list[Case] = [
     private("POST", "/v1/catalog/artifacts/{artifact_id}/transitions", {TA}, lambda x, a: (
         "POST", f"/v1/catalog/artifacts/{x.fresh_private_artifact()}/transitions",
         {"json": {"to": "staged", "reason": "ok"}})),
+    private("POST", "/v1/catalog/artifacts/{artifact_id}/gates", {TA}, lambda x, a: (
+        "POST", f"/v1/catalog/artifacts/{x.draft_collection(TA, x.private_app())}/gates",
+        {"json": {"kind": "staging", "reason": "release"}})),
+    private("GET", "/v1/catalog/gates/{gate_id}", AUTHENTICATED - {PA, "other_tenant_admin"},
+            lambda x, a: ("GET", f"/v1/catalog/gates/{x.staging_gate(private=True)}", {})),
+    private("GET", "/v1/catalog/apps/{slug}/gates", AUTHENTICATED - {PA, "other_tenant_admin"},
+            lambda x, a: ("GET", f"/v1/catalog/apps/{x.private_app()}/gates", {})),
+    private("GET", "/v1/catalog/apps/{slug}/events", AUTHENTICATED - {PA, "other_tenant_admin"},
+            lambda x, a: ("GET", f"/v1/catalog/apps/{x.private_app()}/events", {})),
     private("POST", "/v1/catalog/apps/{slug}/versions", {TA}, lambda x, a: (
         "POST", f"/v1/catalog/apps/{x.private_app()}/versions", {"json": {
             "version": uniq("3.0"), "artifact_id": x.private_artifact(), "compatibility": SLURM_COMPAT,

@@ -51,6 +51,7 @@ def _request(method: str, path: str, t: dict) -> tuple[str, dict]:
         ("POST", "/v1/catalog/apps/{slug}/versions"): {"version": f"9.{n}.0", "artifact_id": t["artifact_id"],
                                                        "compatibility": SLURM_COMPAT, "adapter": SLURM_ADAPTER},
         ("POST", "/v1/catalog/artifacts/{artifact_id}/transitions"): {"to": "deprecated", "reason": "probe"},
+        ("POST", "/v1/catalog/artifacts/{artifact_id}/gates"): {"kind": "staging", "reason": "probe"},
         ("POST", "/v1/catalog/apps/{slug}/versions/{version}/transitions"): {"to": "deprecated", "reason": "probe"},
         ("POST", "/v1/catalog/apps/{slug}/versions/{version}/gates"): {
             "kind": "smoke", "project_id": t["project_id"], "allocation_ids": [t["allocation_id"]], "reason": "probe"},
