@@ -43,8 +43,12 @@ def parse_file_reference(reference: str) -> tuple[str, str]:
 def check_source(source: str, allowed: tuple[str, ...]) -> str:
     """The source URL, when it is a plain http(s) URL under one of the allowlisted prefixes (each ends in '/'):
     no user, no query or fragment, no '.' or '..' segment that could step out of the prefix."""
-    parts = urlsplit(source)
-    plain = (parts.scheme in ("http", "https") and parts.hostname and "@" not in parts.netloc
+    try:
+        parts = urlsplit(source)
+        hostname = parts.hostname
+    except ValueError:  # an unparsable authority (http://[x)
+        hostname = None
+    plain = (hostname and parts.scheme in ("http", "https") and "@" not in parts.netloc
              and not parts.query and not parts.fragment and not re.search(r"[\s\\%]", source)
              and not {".", ".."} & set(parts.path.split("/")))
     if not plain or not any(source.startswith(prefix) for prefix in allowed):

@@ -78,8 +78,8 @@ class ArtifactCreate(Strict):
     source: str | None = Field(default=None, max_length=2048, description="file: the URL the hosts fetch the bytes "
                                "from, under a prefix of the operator's file_artifact_sources; absent: the content "
                                "store holds them (PUT /v1/content/{digest} first)")
-    size: int | None = Field(default=None, ge=0, description="file with a source: its size in bytes, if known "
-                             "(hosts refuse more); a content-store file's is the stored size")
+    size: int | None = Field(default=None, ge=0, le=1 << 62, description="file with a source: its size in bytes, "
+                             "if known (hosts refuse more); a content-store file's is the stored size")
     media_type: MediaType | None = Field(default=None, description="file: what the bytes are, e.g. "
                                          "application/octet-stream")
 
