@@ -4,6 +4,7 @@ the platform catalog is not the tenant publisher's, and `--private` needs a toke
 
 from __future__ import annotations
 
+import dataclasses
 import shutil
 from pathlib import Path
 
@@ -29,8 +30,12 @@ def private_build(tmp_path: Path) -> Path:
     return build(source, tmp_path / "build")
 
 
-def test_a_tenant_publisher_publishes_a_private_app_with_its_own_token(ops, cli, tmp_path):
+def test_a_tenant_publisher_publishes_a_private_app_with_its_own_token(ops, cli, app, tmp_path):
     w = ops.w
+    # Publishing, not the gates (tests/cli/test_promote.py, test_smoke.py): an operator who names none, so that
+    # --activate moves the build and its version by hand.
+    app.state.settings = dataclasses.replace(app.state.settings, promotion_staging_checks=(),
+                                             promotion_canary_smoke=False, promotion_canary_instances=0)
     user = w.call("tenant_admin", "POST", f"/v1/tenants/{w.ids['tenant_a']}/users", 201,
                   json={"email": "dev@tenant-a.example.com"}).json()
     w.call("tenant_admin", "POST", "/v1/role-bindings", 201, json={
