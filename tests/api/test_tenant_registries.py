@@ -5,6 +5,7 @@ the platform registry's per-run credential is. Real PostgreSQL, the real app, th
 
 from __future__ import annotations
 
+import dataclasses
 import json
 from uuid import UUID
 
@@ -30,6 +31,10 @@ PULL_ADAPTER = ADAPTER | {"workload": ADAPTER["workload"] | {"pull_credential_va
 def w(world: World, app, tmp_path) -> World:
     world.settings = app.state.operation_settings = OperationSettings(
         state_dir=tmp_path, pull_credential_registries=frozenset({"platform.example:5000"}))
+    # A tenant's private versions are no platform admin's to move past a gate: an operator who names no promotion
+    # gates (tests/api/test_promotion_gates.py runs them).
+    app.state.settings = dataclasses.replace(app.state.settings, promotion_staging_checks=(),
+                                             promotion_canary_smoke=False, promotion_canary_instances=0)
     return world
 
 
