@@ -129,8 +129,10 @@ def _descriptor(*, tarball: Path, **_) -> dict:
 
 
 def _ansible_lint(*, tree: Path, timeout: float, **_) -> dict:
+    # The build resolves its own content as a run's does: from the extracted tree alone (executor/runner.py).
+    collections = {"ANSIBLE_COLLECTIONS_PATH": str(tree.parents[2]), "ANSIBLE_COLLECTIONS_SCAN_SYS_PATH": "False"}
     rc, out, err = _guarded(["ansible-lint", "--profile", "production", "--offline", "-f", "codeclimate"], tree,
-                            timeout=timeout)
+                            timeout=timeout, extra_env=collections)
     findings = []
     try:
         for issue in json.loads(out or "[]"):
@@ -173,7 +175,8 @@ def _ansible_test_sanity(*, tree: Path, sanity_root: Path, timeout: float, **_) 
     return _result("ansible_test_sanity", findings, (out + err) if rc != 0 else "", summary, rc != 0)
 
 
-def _guarded(command: list[str], cwd: Path, *, timeout: float, home: Path | None = None) -> tuple[int, str, str]:
+def _guarded(command: list[str], cwd: Path, *, timeout: float, home: Path | None = None,
+             extra_env: dict[str, str] | None = None) -> tuple[int, str, str]:
     """`command` (a tool of the service's own environment) under the run guard, with the run's environment
     allowlist, a fresh HOME (or `home`) and TMPDIR: (exit status, stdout, stderr); _result keeps their tails.
     Past `timeout` the guard kills it and everything it started (exit status -1)."""
@@ -181,7 +184,7 @@ def _guarded(command: list[str], cwd: Path, *, timeout: float, home: Path | None
         bin_dir = str(Path(sys.executable).parent)
         env = {k: v for k, v in os.environ.items() if k in ENV_FROM_WORKER}
         env |= {"HOME": str(home or fresh), "TMPDIR": fresh, "PATH": os.pathsep.join([bin_dir, os.environ.get(
-            "PATH", os.defpath)]), "ANSIBLE_NOCOLOR": "1", "NO_COLOR": "1"}
+            "PATH", os.defpath)]), "ANSIBLE_NOCOLOR": "1", "NO_COLOR": "1"} | (extra_env or {})
         tool = shutil.which(command[0], path=bin_dir) or command[0]
         proc = subprocess.Popen([*GUARD, tool, *command[1:]], cwd=cwd, env=env, stdout=subprocess.PIPE,
                                 stderr=subprocess.PIPE, text=True, errors="replace")
