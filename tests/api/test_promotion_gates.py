@@ -106,6 +106,12 @@ def test_a_build_that_fails_lint_is_not_staged_and_a_clean_one_is(w, database, t
     (finding,) = lint["findings"]
     assert (finding["rule"], finding["path"], finding["line"]) == ("name[missing]", "playbooks/step.yml", 16)
     assert w.call("publisher", "GET", f"/v1/catalog/artifacts/{broken['id']}", 200).json()["status"] == "draft"
+    # A tenant's member sees the platform's app, and reads the outcome alone: not the findings, output or requester.
+    seen = w.call("project_member", "GET", f"/v1/catalog/gates/{gate['id']}", 200).json()
+    assert seen["checks"] == [{"name": c["name"], "status": c["status"]} for c in failed["checks"]]
+    assert seen["requested_by"] is None and seen["reason"] == "the staging checks failed"
+    assert "failing_rules" not in w.call("project_member", "GET", "/v1/catalog/apps/opsapp/events", 200).json()[
+        "items"][-1]["payload"]
     timeline = events(w, broken["id"])
     assert [(e["type"], e["correlation_id"]) for e in timeline] == [
         ("gate.started", "stage-broken-1"), ("gate.failed", "stage-broken-1")]
