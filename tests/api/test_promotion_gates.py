@@ -157,3 +157,19 @@ def test_skipping_gates_is_the_platform_admins_and_retire_waits_the_grace_period
     app.state.settings = dataclasses.replace(app.state.settings, promotion_retire_grace_seconds=0)
     assert w.call("publisher", "POST", move, 200, json={"to": "retired", "reason": "grace over"}).json()[
         "status"] == "retired"
+
+
+def test_a_gate_whose_worker_died_is_claimed_again_and_the_old_claim_records_nothing(w, database, tmp_path):
+    artifact = publish_draft(w, collection(tmp_path, "3.0.0"))["id"]
+    gate = w.call("publisher", "POST", f"/v1/catalog/artifacts/{artifact}/gates", 202,
+                  json={"kind": "staging", "reason": "lease"}).json()
+    first, second = gate_worker(database, tmp_path), gate_worker(database, tmp_path)
+    second.owner = "test-gates-2"
+    claimed = first.claim()
+    assert str(claimed["id"]) == gate["id"] and second.claim() is None  # leased: not claimed twice
+    with database.transaction() as conn:  # the first worker died: its lease runs out
+        conn.execute("UPDATE promotion_gates SET lease_expires_at = now() - interval '1 s' WHERE id = %s",
+                     (gate["id"],))
+    assert str(second.claim()["id"]) == gate["id"]
+    assert first.finish(claimed, []) is None  # its late outcome is not recorded
+    assert w.call("publisher", "GET", f"/v1/catalog/gates/{gate['id']}", 200).json()["status"] == "running"
