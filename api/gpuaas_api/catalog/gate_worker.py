@@ -94,9 +94,12 @@ class GateWorker:
                 checks = staging.run_checks(tarball, [c["name"] for c in gate["checks"]],
                                             sanity_root=sanity_root(self.settings),
                                             timeout=self.settings.promotion_check_timeout_seconds)
-            except ContentError as exc:
-                checks = [{"name": "content", "status": "failed", "summary": str(exc), "output": "",
-                           "findings": [{"rule": "content", "path": None, "line": None, "message": str(exc)}]}]
+            except Exception as exc:  # noqa: BLE001 - a build the checks cannot even read fails its gate, once
+                rule = "content" if isinstance(exc, ContentError) else type(exc).__name__
+                message = str(exc)[:500]
+                log.warning("gate %s: the checks broke off: %s", gate["id"], message)
+                checks = [{"name": "content", "status": "failed", "summary": message, "output": "",
+                           "findings": [{"rule": rule, "path": None, "line": None, "message": message}]}]
         finally:
             done.set()
             heartbeat.join()
