@@ -123,7 +123,8 @@ def test_retiring_is_refused_while_an_instance_references_the_artifact(world):
 # Adapter specs the catalog refuses, each with the words its 422 must contain.
 CREDENTIAL = {"module": "gpuaas.apps.slurm_info", "role": "controller", "result_key": "config",
               "media_type": "application/yaml", "filename": "config.yaml"}
-DISTINCT = "the secrets, target variables, workload variables, access variable and files variable must have distinct names"
+DISTINCT = ("the secrets, target variables, workload variables, access variable and files variable must have "
+            "distinct names")
 BAD_SPECS = [
     ({"roles": [{"name": "controller", "min": 2, "max": 1}]}, "min must not exceed max"),
     ({"actions": {"deploy": "gpuaas.apps.slurm_deploy"}}, "actions must include ['decommission']"),
