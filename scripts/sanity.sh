@@ -58,7 +58,7 @@ def shipped(path):
         return False
     return not any(fnmatch.fnmatch(path, p) or path.startswith(p.rstrip("/") + "/") for p in ignored)
 for path in sys.stdin.buffer.read().decode().split("\0"):
-    if path and shipped(path) and os.path.lexists(path) and not os.path.isdir(path):
+    if path and shipped(path) and os.path.lexists(path) and (os.path.islink(path) or not os.path.isdir(path)):
         target = os.path.join(dest, path)
         os.makedirs(os.path.dirname(target), exist_ok=True)
         shutil.copy2(path, target, follow_symlinks=False)
