@@ -32,7 +32,7 @@ def tarball_members(tmp_path_factory):
 def test_tarball_holds_the_collection_and_nothing_else(tarball_members):
     tops = {name.split("/")[0] for name in tarball_members}
     assert tops == {"MANIFEST.json", "FILES.json", "README.md", "CHANGELOG.md", "LICENSE", "changelogs", "meta",
-                    "plugins", "roles", "playbooks", "inventories", "docs", "adapters"}, tops
+                    "plugins", "roles", "playbooks", "inventories", "docs", "adapters", "tests"}, tops
     # Release notes ship as antsibull-changelog writes them; their fragments stay in the repository.
     assert not any(name.startswith("changelogs/fragments") for name in tarball_members)
     # Each app's descriptor ships next to the playbooks it names.
@@ -44,7 +44,11 @@ def test_tarball_holds_the_collection_and_nothing_else(tarball_members):
 
 
 def test_tarball_leaves_out_the_service_tests_and_dev_files(tarball_members):
+    # Of tests/, only the sanity ignore file ships: ansible-test sanity on the build (the staging gate) reads it.
+    assert "tests/sanity/ignore-2.19.txt" in tarball_members
     for name in tarball_members:
+        if name in ("tests", "tests/sanity", "tests/sanity/ignore-2.19.txt"):
+            continue
         assert not name.startswith(("api/", "tests/", "scripts/", "bench/", "molecule/", "build/", ".")), name
         assert name not in {"pyproject.toml", "Makefile", "AGENTS.md"}, name
 
