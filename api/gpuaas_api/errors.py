@@ -61,7 +61,7 @@ ERROR_CODES: dict[str, int] = {
     "file_source_not_allowed": 422, "file_artifact_required": 422, "file_not_declared": 422,
     "file_artifact_kind": 422,
     # tenant-private registries: an allowlisted host, not the platform's own, its images for the tenant's apps alone
-    "registry_not_allowlisted": 422, "registry_host_reserved": 422, "registry_tenant_private": 422,
+    "registry_not_allowlisted": 422, "registry_host_reserved": 422,
     "tenant_registry_unavailable": 422,
     # policy and allocations
     "overlay_widens_policy": 409, "missing_scope": 422, "allocation_in_use": 409, "host_registered_elsewhere": 409,
@@ -103,7 +103,7 @@ ErrorCode = Literal[
     "workload_not_declared", "invalid_parameters", "artifact_not_canary", "app_slug_namespace",
     "gate_required", "canary_instances_short", "gate_not_applicable", "retire_grace_period",
     "file_source_not_allowed", "file_artifact_required", "file_not_declared", "file_artifact_kind",
-    "registry_not_allowlisted", "registry_host_reserved", "registry_tenant_private", "tenant_registry_unavailable",
+    "registry_not_allowlisted", "registry_host_reserved", "tenant_registry_unavailable",
     "overlay_widens_policy", "missing_scope",
     "allocation_in_use", "host_registered_elsewhere", "not_entitled", "policy_denied", "version_not_usable",
     "artifact_not_active", "compatibility_refused", "host_in_use", "host_taken", "no_free_host", "role_at_max",

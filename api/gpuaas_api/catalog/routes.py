@@ -14,10 +14,8 @@ from ..deps import DB, AppSettings, Caller, CursorParam, LimitParam, get_operati
 from ..errors import not_found, unprocessable
 from ..iam.service import get_tenant
 from ..location import LocatedRoute
-from ..registry import tenant as tenant_registries
 from . import events, gates, scope, service, smoke
 from .files import check_source, parse_file_reference
-from .rules import parse_reference
 from .schemas import (
     App,
     AppCreate,
@@ -83,7 +81,7 @@ def get_app(slug: SlugPath, caller: Caller, db: DB):
                                       'reference': 'sha256:5f70bf18a086007016e948b04aed3b82'
                                                    '103a36bea41755b6cddfaf10ace3c6ef'}),
           responses=errors.responses("invalid_digest", "artifact_content_missing", "reference_not_pinned",
-                                     "invalid_reference", "file_source_not_allowed", "registry_tenant_private"),
+                                     "invalid_reference", "file_source_not_allowed"),
           response_model=Artifact, status_code=201)
 def create_artifact(slug: SlugPath, body: ArtifactCreate, caller: Caller, db: DB, request: Request,
                     settings: AppSettings):
@@ -93,9 +91,6 @@ def create_artifact(slug: SlugPath, body: ArtifactCreate, caller: Caller, db: DB
     with db.transaction() as conn:
         app_tenant_id = scope.app_for(conn, caller, slug)["tenant_id"]
         scope.require_publish(caller, app_tenant_id)
-        if body.kind == "oci":
-            # An image of a tenant's private registry backs that tenant's private apps alone (422 otherwise).
-            tenant_registries.check_artifact(conn, parse_reference(body.reference).registry, app_tenant_id)
     file = None
     if body.kind == "file":
         parse_file_reference(body.reference)

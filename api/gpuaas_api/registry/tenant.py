@@ -2,11 +2,13 @@
 
 A platform admin keeps an allowlist of registry hosts (`host[:port]`). A tenant admin registers a registry of its
 tenant on an allowlisted host, with a username and password: the password is Fernet-encrypted with the service's
-secret key (secrets/service.py `cipher`), never stored in clear and never answered. Images of such a host back only
-that tenant's private app versions (`check_artifact`). A run of one of the tenant's instances whose version pins an
-image there gets the registry's credentials as its pull credential (`run_credential`), with the custody of the
-platform registry's per-run credential: in the run's secret variables only, masked in its output, and an instance
-event that names the registry and the username, never the password."""
+secret key (secrets/service.py `cipher`), never stored in clear and never answered. Its images back that tenant's
+private app versions: a run of one of the tenant's instances of its private app whose version pins an image there
+gets the registry's credentials as its pull credential (`run_credential`), with the custody of the platform
+registry's per-run credential: in the run's secret variables only, masked in its output, and an instance event that
+names the registry and the username, never the password. Nothing else gets them: an image of that host pinned by a
+platform app or another tenant's app is pulled without them (registering one is not refused: a refusal would tell
+everyone which hosts some tenant registered, and let a tenant close a shared host to the platform's apps)."""
 
 from __future__ import annotations
 
@@ -133,17 +135,6 @@ def delete(conn: psycopg.Connection, actor: Principal, tenant_id: UUID, registry
 
 
 # -- what the catalog and runs ask ---------------------------------------------------------------------------
-
-def check_artifact(conn: psycopg.Connection, registry: str, app_tenant_id: UUID | None) -> None:
-    """An image of a tenant's private registry backs only that tenant's private apps: a platform app or another
-    tenant's naming it is refused (the answer names no tenant)."""
-    owners = {r["tenant_id"] for r in conn.execute(
-        "SELECT tenant_id FROM tenant_registries WHERE host = lower(%s) AND deleted_at IS NULL",
-        (registry,)).fetchall()}
-    if owners and app_tenant_id not in owners:
-        raise unprocessable("registry_tenant_private", f"{registry} is a tenant's private registry: only the private "
-                            "apps of the tenant that registered it may pin its images", registry=registry)
-
 
 def run_credential(conn: psycopg.Connection, settings: OperationSettings, instance: dict, version: dict,
                    operation_id: UUID | None) -> dict[str, str] | None:
