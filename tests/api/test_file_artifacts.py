@@ -211,6 +211,9 @@ def test_a_source_no_longer_allowed_refuses_the_run(w, database, tmp_path):
         with pytest.raises(Exception) as refused:
             planner.build(conn, OperationSettings(state_dir=tmp_path, file_artifact_sources=()), op, instance)
     assert getattr(refused.value, "code", None) == "file_source_not_allowed"
+    # An AWX job's variables would lack the files variable (only the platform's own runs deliver files): refused.
+    awx = w.call("service_account", "GET", f"/v1/instances/{inst['id']}/inventory", 422)
+    assert code(awx) == "files_not_external" and awx.json()["error"]["details"]["files"] == ["site"]
 
 
 def test_a_tenant_cannot_pin_another_tenants_private_file(w):

@@ -356,8 +356,10 @@ def transition_version(conn, actor: Principal, slug: str, version: str, target: 
     gate, an artifact's rollback)."""
     before = get_version(conn, slug, version)
     conn.execute("SELECT 1 FROM app_versions WHERE id = %s FOR UPDATE", (before["id"],))
-    conn.execute("SELECT 1 FROM artifacts WHERE id IN (%s, %s) FOR SHARE",
-                 (before["artifact_id"], before["workload_artifact_id"]))
+    # the version's artifacts, its pinned files included, cannot be deprecated between the check and the update
+    conn.execute("SELECT 1 FROM artifacts WHERE id IN (%s, %s) OR id IN (SELECT artifact_id FROM version_files "
+                 "WHERE version_id = %s) FOR SHARE",
+                 (before["artifact_id"], before["workload_artifact_id"], before["id"]))
     before = get_version_by_id(conn, before["id"])
     check_transition(VERSION_TRANSITIONS, "version", before["status"], target)
     check_version_artifacts(before, target)

@@ -119,6 +119,8 @@ def build(conn: psycopg.Connection, settings: OperationSettings, op: dict, insta
                    content_digest=version["artifact_digest"] if version["artifact_kind"] == "collection" else None,
                    forced=[str(m["id"]) for m in unreachable], site_vars=site_vars_for(settings, spec))
     if spec.files:
+        # Only the path of this machine's copy is computed here (no read): the run's content step
+        # (executor/content.run_file_copies, with the database) fetches and verifies each copy before a host is touched.
         store = embedded_store(settings.state_dir)
         extravars[spec.files.variable], plan.file_digests = files.run_files(
             version, spec, settings.file_artifact_sources, store.local_path)

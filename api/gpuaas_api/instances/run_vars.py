@@ -39,6 +39,11 @@ def inventory(conn: psycopg.Connection, settings: OperationSettings, instance: d
     if action is not None and action not in spec.actions:
         raise unprocessable("no_playbook", f"the app version's adapter names no playbook for {action}",
                             actions=sorted(spec.actions))
+    if spec.files and version.get("files"):
+        # a run's files variable names each file's copy on the worker (plan.build), which an AWX job cannot read
+        raise unprocessable("files_not_external", "the app version pins file artifacts, which only the "
+                            "platform's own runs deliver; run its actions through the platform",
+                            files=sorted(version["files"]))
     built = service.instance_inventory(conn, instance)
     built["all"]["vars"] = planner.instance_vars(version, spec, instance["parameters"] or {}, action)
     built["site_vars"] = planner.site_vars_for(settings, spec)
