@@ -173,6 +173,8 @@ class GpuaasSettings(BaseSettings):
     # installs from PyPI on first use are cached there); unset: <state_dir>/gates/ansible-test-home.
     promotion_check_timeout_seconds: int = Field(900, ge=10)
     promotion_sanity_home: Path | None = None
+    # The sanity ignore entries ("test" or "test:code") a build may carry; the gate refuses every other one.
+    promotion_sanity_allowed_ignores: tuple[str, ...] = ("validate-modules:missing-gplv3-license", "symlinks")
     # The site's own variables, added to every playbook run below the catalog's (where a release is mirrored,
     # a proxy): a mapping (a [site_vars] table in the file), or in the environment a JSON object or the path
     # of a YAML file holding one. Values may be Jinja over the run's other variables ("{{ rke2_version }}"):
@@ -497,6 +499,7 @@ class OperationSettings:
     promotion_retire_grace_seconds: int = _from_model("promotion_retire_grace_seconds")
     promotion_check_timeout_seconds: int = _from_model("promotion_check_timeout_seconds")
     promotion_sanity_home: Path | None = _from_model("promotion_sanity_home")
+    promotion_sanity_allowed_ignores: tuple[str, ...] = _from_model("promotion_sanity_allowed_ignores")
 
     @classmethod
     def from_model(cls, model: GpuaasSettings, **overrides: Any) -> OperationSettings:

@@ -173,3 +173,68 @@ def test_a_gate_whose_worker_died_is_claimed_again_and_the_old_claim_records_not
     assert str(second.claim()["id"]) == gate["id"]
     assert first.finish(claimed, []) is None  # its late outcome is not recorded
     assert w.call("publisher", "GET", f"/v1/catalog/gates/{gate['id']}", 200).json()["status"] == "running"
+
+
+def _repack(tarball: Path, tmp_path: Path, extra: dict[str, str], *, name: str = "repacked") -> Path:
+    """The build with `extra` files ({path: text}) added: what a hand-made tarball could hold."""
+    import io
+    import tarfile
+    out = tmp_path / f"{name}-{tarball.name}"
+    with tarfile.open(tarball) as src, tarfile.open(out, "w:gz") as dst:
+        for member in src.getmembers():
+            dst.addfile(member, src.extractfile(member) if member.isfile() else None)
+        for path, text in extra.items():
+            info = tarfile.TarInfo(path)
+            info.size, info.mode = len(text.encode()), 0o755
+            dst.addfile(info, io.BytesIO(text.encode()))
+    return out
+
+
+def test_a_build_holding_a_git_directory_is_refused_and_its_hook_never_runs(tmp_path):
+    from gpuaas_api.catalog import staging
+    marker = tmp_path / "hook-ran"
+    tarball = _repack(collection(tmp_path, "1.0.0"), tmp_path, {
+        ".git/hooks/pre-commit": f"#!/bin/sh\ntouch {marker}\n", ".git/HEAD": "ref: refs/heads/main\n"})
+    with pytest.raises(staging.BuildRefused, match=r"\.git"):
+        staging.run_checks(tarball, ["descriptor", "ansible_test_sanity"], sanity_root=tmp_path / "home", timeout=60)
+    assert not marker.exists()
+
+
+def test_an_oversized_build_is_refused_before_extraction(tmp_path, monkeypatch):
+    from gpuaas_api.catalog import staging
+    tarball = collection(tmp_path, "1.0.0")
+    monkeypatch.setattr(staging, "MAX_BUILD_BYTES", 100)
+    with pytest.raises(staging.BuildRefused, match="limit"):
+        staging.run_checks(tarball, ["descriptor"], sanity_root=tmp_path / "home", timeout=60)
+    monkeypatch.setattr(staging, "MAX_BUILD_BYTES", 1 << 30)
+    monkeypatch.setattr(staging, "MAX_BUILD_MEMBERS", 2)
+    with pytest.raises(staging.BuildRefused, match="members"):
+        staging.run_checks(tarball, ["descriptor"], sanity_root=tmp_path / "home", timeout=60)
+
+
+def test_a_builds_own_lint_config_cannot_skip_the_platforms_rules(tmp_path):
+    from gpuaas_api.catalog import staging
+    skip = "---\nskip_list:\n  - name[missing]\n  - name\n"
+    tarball = _repack(collection(tmp_path, "1.0.0", unnamed_task=True), tmp_path,
+                      {".ansible-lint": skip, ".config/ansible-lint.yml": skip})
+    [lint] = staging.run_checks(tarball, ["ansible_lint"], sanity_root=tmp_path / "home", timeout=300)
+    assert lint["status"] == "failed"
+    assert "name[missing]" in {f["rule"] for f in lint["findings"]}
+
+
+def test_sanity_ignores_the_platform_does_not_allow_are_refused_and_the_home_is_copied_per_gate(tmp_path):
+    from gpuaas_api.catalog import staging
+    template = tmp_path / "template"
+    shutil.copytree(SANITY_HOME, template, symlinks=True)
+    before = sorted(str(p.relative_to(template)) for p in template.rglob("*"))
+    ignore = ("playbooks/step.yml symlinks\nplugins/modules/x.py validate-modules:missing-gplv3-license\n"
+              "plugins/modules/x.py pylint:unused-import  # a check a build must not switch off\n")
+    tarball = _repack(collection(tmp_path, "1.0.0"), tmp_path, {"tests/sanity/ignore-2.19.txt": ignore})
+    refused = staging._neutralize(tmp_path, ())  # nothing there: nothing refused
+    assert refused == []
+    findings = staging.run_checks(tarball, ["ansible_test_sanity"], sanity_root=template, timeout=300)[0]
+    assert findings["status"] == "failed"
+    [entry] = [f for f in findings["findings"] if f["rule"] == "sanity-ignore"]
+    assert entry["path"] == "tests/sanity/ignore-2.19.txt" and "pylint:unused-import" in entry["message"]
+    # The template (the configured home) is not written: each gate ran in its own copy.
+    assert sorted(str(p.relative_to(template)) for p in template.rglob("*")) == before

@@ -93,7 +93,8 @@ class GateWorker:
                 tarball = embedded_store(self.settings.state_dir, self.db).verify(artifact["digest"])
                 checks = staging.run_checks(tarball, [c["name"] for c in gate["checks"]],
                                             sanity_root=sanity_root(self.settings),
-                                            timeout=self.settings.promotion_check_timeout_seconds)
+                                            timeout=self.settings.promotion_check_timeout_seconds,
+                                            allowed_ignores=self.settings.promotion_sanity_allowed_ignores)
             except Exception as exc:  # noqa: BLE001 - a build the checks cannot even read fails its gate, once
                 rule = "content" if isinstance(exc, ContentError) else type(exc).__name__
                 message = str(exc)[:500]
