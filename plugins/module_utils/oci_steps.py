@@ -115,9 +115,11 @@ def service_argument_spec():
         probe=dict(type="dict", default={}),
         keep_images=dict(type="int", default=1),
         # A file artifact as the platform gives it (catalog/files.py); only name, digest and mount are read here.
+        # Every file the workload's version placed is given, mounted or not: the record lists each, so that each
+        # leaves the host with the workload (a file without a mount is only recorded).
         files=dict(type="list", elements="dict", default=[], options=dict(
             name=dict(type="str", required=True), digest=dict(type="str", required=True),
-            mount=dict(type="str", required=True), size=dict(type="int"), media_type=dict(type="str"),
+            mount=dict(type="str"), size=dict(type="int"), media_type=dict(type="str"),
             path=dict(type="str"), src=dict(type="str"), url=dict(type="str"))),
     )
 
@@ -242,6 +244,8 @@ def file_volumes(files):
             source = file_path(f.get("digest"))
         except FileArtifactError as error:
             raise OciError(str(error)) from None
+        if not f.get("mount"):
+            continue
         mounts.append(dict(source=source, target=f.get("mount"), read_only=True))
     return normalize_volumes(mounts)
 
@@ -506,11 +510,14 @@ def start(module, podman, systemd, params, check=False):
     # A bind mount holds the file it was made of: a file placed again (a new inode at the same path, after an
     # altered copy was refused) reaches the container only through a restart.
     files = dict((file_path(f["digest"]), os.stat(file_path(f["digest"])).st_ino) for f in params.get("files") or [])
-    if files:
-        record["files"] = files
+    # Files the record lists that this request no longer has (an upgrade's old version's, or placed by a run whose
+    # start failed) stay recorded until this start succeeded, then leave the host unless another workload has them.
+    stale = dict((p, i) for p, i in (old_record.get("files") or {}).items() if p not in files)
+    if files or stale:
+        record["files"] = dict(stale, **files)
     old_unit, old_env = read_text(unit_path), read_text(path_env)
     unit_changed, env_changed = unit != old_unit, env_text != old_env
-    files_replaced = (old_record.get("files") or {}) != files
+    files_replaced = any((old_record.get("files") or {}).get(p) != i for p, i in files.items())
     record_changed = record_text(record) != record_text(old_record) if old_record else True
     running = have_podman and systemd.active(unit_name(name))
     enabled = systemd.enabled(unit_name(name)) if old_unit is not None else False
@@ -560,8 +567,32 @@ def start(module, podman, systemd, params, check=False):
         result["retired_images"] = removed
         if kept:
             record["images"] = images + kept
-            write_file(path_record, record_text(record), 0o644)
+    if stale:
+        result["file_artifacts"] = file_artifacts_to_remove(dict(files=stale), path_record)
+        for path in result["file_artifacts"]:
+            remove_file(path)
+        if files:
+            record["files"] = files
+        else:
+            record.pop("files")
+    if (retiring and kept) or stale:
+        write_file(path_record, record_text(record), 0o644)
     return result
+
+
+def record_placed_files(name, paths, record_dir=RECORD_DIR):
+    """Adds placed file artifacts to the workload's record (a record of its files alone when it has none yet), so
+    that they leave the host with the workload even when its container never started."""
+    path_record = record_path(check_name(name), record_dir)
+    record = read_json(path_record) or {"name": name}
+    files = dict(record.get("files") or {})
+    for path in paths:
+        files[path] = os.stat(path).st_ino
+    if files != record.get("files"):
+        record["files"] = files
+        write_file(path_record, record_text(record), 0o644)
+        return True
+    return False
 
 
 def wait(module, podman, name, probe, deadline=None, systemd=None):

@@ -65,7 +65,15 @@ options:
     description: Verify the TLS certificate of an https O(files[].url).
     type: bool
     default: true
+  workload:
+    description:
+      - The OCI workload (the O(gpuaas.apps.oci_workload#module:name) of M(gpuaas.apps.oci_workload)) the files are
+        placed for. Each file is added to the workload's record as soon as it is in place, so that it leaves the host
+        with the workload (O(gpuaas.apps.oci_workload#module:state=absent)), even when the workload never started.
+    type: str
 notes:
+  - A download follows no redirect; a redirect fails the run naming the URL (a source is allowlisted by its URL,
+    and a redirect could send the host anywhere).
   - Supports check mode (it reports which files it would place; an altered copy still fails the run) and diff
     mode (the files present before and after).
 extends_documentation_fragment:
@@ -95,16 +103,27 @@ files:
 """
 
 from ansible.module_utils.basic import AnsibleModule  # noqa: E402
+from ansible.module_utils.six.moves.urllib.error import HTTPError  # noqa: E402
 from ansible.module_utils.urls import open_url  # noqa: E402
 from ansible_collections.gpuaas.apps.plugins.module_utils.file_artifacts import (  # noqa: E402
     FileArtifactError,
     place,
 )
+from ansible_collections.gpuaas.apps.plugins.module_utils.oci import OciError  # noqa: E402
+from ansible_collections.gpuaas.apps.plugins.module_utils.oci_steps import record_placed_files  # noqa: E402
 
 
 def download(url, validate_certs):
     def chunks():
-        response = open_url(url, validate_certs=validate_certs, timeout=60, follow_redirects="safe")
+        # No redirect: the platform allowlisted this URL, not wherever it points.
+        try:
+            response = open_url(url, validate_certs=validate_certs, timeout=60, follow_redirects="none")
+        except HTTPError as error:
+            if 300 <= error.code < 400:
+                where = error.headers.get("Location")
+                raise FileArtifactError("%s answered a redirect (HTTP %d to %s): a file's source is not followed "
+                                        "elsewhere; register the final URL" % (url, error.code, where)) from None
+            raise
         try:
             yield from iter(lambda: response.read(1 << 20), b"")
         finally:
@@ -126,6 +145,7 @@ def main():
             )),
             root=dict(type="path", default="/var/lib/gpuaas/files"),
             validate_certs=dict(type="bool", default=True),
+            workload=dict(type="str"),
         ),
         supports_check_mode=True,
     )
@@ -142,7 +162,9 @@ def main():
             after.append(placed["path"])
             if not placed["placed"]:
                 before.append(placed["path"])
-    except (FileArtifactError, IOError, OSError) as error:
+            if p["workload"] and not module.check_mode:
+                record_placed_files(p["workload"], [placed["path"]])
+    except (FileArtifactError, OciError, IOError, OSError) as error:
         module.fail_json(msg="%s" % error, files=done)
     changed = any(f["changed"] for f in done)
     module.exit_json(changed=changed, files=[dict((k, v) for k, v in f.items() if k != "changed") for f in done],

@@ -117,3 +117,136 @@ def test_a_teardown_removes_the_files_no_other_workload_on_the_host_mounts(tmp_p
     assert oci_steps.file_artifacts_to_remove(record, str(records / "web.json")) == [mine]
     os.unlink(mine)
     assert oci_steps.file_artifacts_to_remove(record, str(records / "web.json")) == []
+
+
+class HostPodman:
+    """Test double of oci.Podman (no podman here): every image is present, rmi succeeds."""
+    available, path = staticmethod(lambda: True), "/usr/bin/podman"
+
+    def image(self, reference):
+        return {"Id": reference}
+
+    def container(self, name):
+        return None
+
+    def run(self, args, check=True):
+        return 0, "", ""
+
+
+class HostSystemd:
+    """Test double of the systemd wrapper: a unit starts (or fails to, with ``fails``) when asked to."""
+
+    def __init__(self, fails=False):
+        self.fails, self.running = fails, set()
+
+    def active(self, unit):
+        return unit in self.running
+
+    def enabled(self, unit):
+        return unit in self.running
+
+    def run(self, *args, check=True):
+        if args[0] in ("restart", "enable") and args[-1].endswith(".service"):
+            if self.fails:
+                return 1, "", "the container exited"
+            self.running.add(args[-1])
+        return 0, "", ""
+
+
+class Module:
+    warn = staticmethod(lambda message: None)
+    get_bin_path = staticmethod(lambda name: None)
+
+
+@pytest.fixture
+def host(tmp_path, monkeypatch):
+    """The module's host directories under tmp_path; files placed from bytes with ``put``."""
+    root = str(tmp_path / "files")
+    for name, directory in (("FILES_ROOT", root), ("UNIT_DIR", tmp_path / "units"), ("ENV_DIR", tmp_path / "env"),
+                            ("RECORD_DIR", tmp_path / "records")):
+        os.makedirs(directory, exist_ok=True)
+        monkeypatch.setattr(oci_steps, name, str(directory))
+    monkeypatch.setattr(oci_steps, "file_path", lambda digest: file_path(digest, root=root))
+    monkeypatch.setattr(oci_steps, "cdi_devices", lambda: [])
+
+    def put(data):
+        digest = "sha256:" + hashlib.sha256(data).hexdigest()
+        src = tmp_path / digest.split(":")[1]
+        src.write_bytes(data)
+        placed = place(digest, src=str(src), root=root)["path"]
+        oci_steps.record_placed_files("web", [placed], record_dir=str(tmp_path / "records"))
+        return digest, placed
+
+    return put
+
+
+def request(files):
+    return GOOD | {"restart_sec": 5, "files": files}
+
+
+def record(tmp_path):
+    return json.loads((tmp_path / "records" / "web.json").read_text())
+
+
+def test_an_upgrade_removes_the_old_versions_file_and_an_unmounted_file_is_recorded_and_removed(tmp_path, host):
+    x_digest, x = host(b"version 1's file\n")
+    unmounted_digest, unmounted = host(b"a file the version places but mounts nowhere\n")
+    systemd = HostSystemd()
+    oci_steps.start(Module(), HostPodman(), systemd, request(
+        [{"name": "site", "digest": x_digest, "mount": "/www/site.txt"},
+         {"name": "notes", "digest": unmounted_digest, "mount": None}]))
+    assert set(record(tmp_path)["files"]) == {x, unmounted}
+    # The upgrade to a version pinning Y: once it started, X leaves the host (no other workload has it).
+    y_digest, y = host(b"version 2's file\n")
+    result = oci_steps.start(Module(), HostPodman(), systemd, request(
+        [{"name": "site", "digest": y_digest, "mount": "/www/site.txt"},
+         {"name": "notes", "digest": unmounted_digest}]))
+    assert result["file_artifacts"] == [x] and not os.path.exists(x)
+    assert set(record(tmp_path)["files"]) == {y, unmounted}
+    # The teardown removes every file the record lists, the unmounted one too.
+    removed = oci_steps.remove(HostPodman(), systemd, "web")
+    assert sorted(removed["file_artifacts"]) == sorted([y, unmounted])
+    assert not os.path.exists(y) and not os.path.exists(unmounted)
+
+
+def test_files_placed_for_a_workload_whose_start_failed_stay_recorded_and_leave_with_it(tmp_path, host):
+    x_digest, x = host(b"version 1's file\n")
+    # Placed, recorded by the placing step: a workload that never started still has a record of its files.
+    assert record(tmp_path)["files"] == {x: os.stat(x).st_ino}
+    oci_steps.start(Module(), HostPodman(), HostSystemd(), request([{"name": "site", "digest": x_digest,
+                                                                      "mount": "/www/site.txt"}]))
+    y_digest, y = host(b"version 2's file\n")
+    with pytest.raises(oci_steps.OciError, match="did not start"):
+        oci_steps.start(Module(), HostPodman(), HostSystemd(fails=True), request(
+            [{"name": "site", "digest": y_digest, "mount": "/www/site.txt"}]))
+    # The failed start removed nothing and kept both recorded; the teardown removes both.
+    assert set(record(tmp_path)["files"]) == {x, y} and os.path.exists(x)
+    assert sorted(oci_steps.remove(HostPodman(), HostSystemd(), "web")["file_artifacts"]) == sorted([x, y])
+
+
+def test_a_download_follows_no_redirect_and_names_the_url():
+    """An allowlisted source that redirects could send the host anywhere: the download fails instead."""
+    import http.server
+    import threading
+
+    from ansible_collections.gpuaas.apps.plugins.modules.file_artifact import download
+
+    class Redirect(http.server.BaseHTTPRequestHandler):
+        def do_GET(self):
+            self.send_response(302)
+            self.send_header("Location", "http://169.254.169.254/latest/meta-data/")
+            self.end_headers()
+
+        def log_message(self, *args):
+            pass
+
+    server = http.server.HTTPServer(("127.0.0.1", 0), Redirect)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    url = f"http://127.0.0.1:{server.server_port}/models/site.txt"
+    try:
+        with pytest.raises(Exception) as refused:
+            b"".join(download(url, True)())
+    finally:
+        server.shutdown()
+    assert isinstance(refused.value, FileArtifactError)
+    assert str(refused.value).startswith(url + " answered a redirect (HTTP 302 to http://169.254.169.254/")
