@@ -3,11 +3,13 @@ response, and readable anywhere in the request through a context variable."""
 
 from __future__ import annotations
 
+import contextlib
 import contextvars
 import json
 import logging
 import re
 import uuid
+from collections.abc import Iterator
 
 HEADER = "X-Correlation-ID"
 _HEADER_BYTES = HEADER.lower().encode()
@@ -34,6 +36,16 @@ def current() -> str:
 def use(value: str | None) -> contextvars.Token:
     """Bind a correlation id for the current context (workers call this per operation)."""
     return _current.set(value if value and _VALID.match(value) else new_id())
+
+
+@contextlib.contextmanager
+def correlated(value: str | None) -> Iterator[str]:
+    """`value` (see use()) bound for the block, the previous id restored after it: a worker's unit of work."""
+    token = use(value)
+    try:
+        yield _current.get()
+    finally:
+        _current.reset(token)
 
 
 class CorrelationMiddleware:

@@ -238,3 +238,19 @@ def test_sanity_ignores_the_platform_does_not_allow_are_refused_and_the_home_is_
     assert entry["path"] == "tests/sanity/ignore-2.19.txt" and "pylint:unused-import" in entry["message"]
     # The template (the configured home) is not written: each gate ran in its own copy.
     assert sorted(str(p.relative_to(template)) for p in template.rglob("*")) == before
+
+
+def test_a_gate_whose_build_kills_its_worker_fails_after_three_claims(w, database, tmp_path):
+    artifact = publish_draft(w, collection(tmp_path, "4.0.0"))["id"]
+    gate = w.call("publisher", "POST", f"/v1/catalog/artifacts/{artifact}/gates", 202,
+                  json={"kind": "staging", "reason": "attempts"}).json()
+    worker = gate_worker(database, tmp_path)
+    for attempt in range(1, 4):  # each claim's worker dies: its lease runs out
+        assert worker.claim()["attempts"] == attempt
+        with database.transaction() as conn:
+            conn.execute("UPDATE promotion_gates SET lease_expires_at = now() - interval '1 s' WHERE id = %s",
+                         (gate["id"],))
+    worker.run = None  # the fourth claim runs nothing
+    worker.tick()
+    failed = w.call("publisher", "GET", f"/v1/catalog/gates/{gate['id']}", 200).json()
+    assert failed["status"] == "failed" and "started 3 times" in failed["reason"]

@@ -8,7 +8,6 @@ where it is (the event says so)."""
 
 from __future__ import annotations
 
-import importlib
 import logging
 import threading
 from pathlib import Path
@@ -22,12 +21,12 @@ from ..config import OperationSettings
 from ..content.store import ContentError, embedded_store
 from ..db import Database
 from ..errors import ApiError
-from ..iam.auth import Principal
-from . import events, service, staging
+from . import events, service, smoke, staging
 
 log = logging.getLogger(__name__)
 
 LEASE_SECONDS = 60
+MAX_ATTEMPTS = 3  # claims of one staging gate: a build that gets its worker killed fails after these
 TICK_SECONDS = 2.0
 
 
@@ -40,41 +39,47 @@ class GateWorker:
         self.db, self.settings, self.stop, self.owner = database, settings, stop, owner
 
     def start(self) -> list[threading.Thread]:
-        thread = threading.Thread(target=self._loop, name="gates", daemon=True)
-        thread.start()
-        return [thread]
+        # Smoke gates step on their own thread: a staging gate's checks (minutes) do not stall them.
+        threads = [threading.Thread(target=self._loop, args=(self.tick,), name="gates", daemon=True),
+                   threading.Thread(target=self._loop, args=(self.smoke_tick,), name="smoke-gates", daemon=True)]
+        for thread in threads:
+            thread.start()
+        return threads
 
-    def _loop(self) -> None:
+    def _loop(self, step) -> None:
         while not self.stop.wait(TICK_SECONDS):
             try:
-                self.tick()
+                step()
             except psycopg.OperationalError as exc:
                 log.warning("gates: database unavailable (%s); next tick in %.0f s", type(exc).__name__, TICK_SECONDS)
             except Exception:  # noqa: BLE001 - the next tick tries again
                 log.exception("gate tick failed")
 
     def tick(self) -> dict | None:
-        """One queued (or abandoned) staging gate run to its end, then the smoke gates' step. Returns the staging
-        gate as it was recorded, or None when none was waiting."""
+        """One queued (or abandoned) staging gate run to its end. Returns the staging gate as it was recorded, or
+        None when none was waiting. A gate claimed MAX_ATTEMPTS times already (its build got the worker killed
+        each time) fails without running again."""
         gate = self.claim()
-        if gate is not None:
-            gate = self.run(gate)
-        try:
-            smoke = importlib.import_module(".smoke", __package__)
-        except ImportError:
-            smoke = None
-        if smoke is not None and hasattr(smoke, "advance"):
-            try:
-                smoke.advance(self.db, self.settings)
-            except Exception:  # noqa: BLE001 - a smoke gate's bug must not stop staging gates
-                log.exception("smoke gates: advance failed")
-        return gate
+        if gate is None:
+            return None
+        if gate["attempts"] > MAX_ATTEMPTS:
+            message = (f"the checks were started {MAX_ATTEMPTS} times and never finished (the worker running them "
+                       "died or lost its lease each time)")
+            return self.finish(gate, [{"name": "attempts", "status": "failed", "summary": message, "output": "",
+                                       "findings": [{"rule": "attempts", "path": None, "line": None,
+                                                     "message": message}]}])
+        return self.run(gate)
+
+    def smoke_tick(self) -> None:
+        """The smoke gates' step (catalog/smoke.py advance())."""
+        smoke.advance(self.db, self.settings)
 
     def claim(self) -> dict | None:
         with self.db.transaction() as conn:
             return conn.execute(
                 """UPDATE promotion_gates SET status = 'running', lease_owner = %s,
-                          lease_expires_at = now() + make_interval(secs => %s), started_at = now()
+                          lease_expires_at = now() + make_interval(secs => %s), started_at = now(),
+                          attempts = attempts + 1
                     WHERE id = (SELECT id FROM promotion_gates
                                  WHERE kind = 'staging' AND (status = 'queued'
                                        OR (status = 'running' AND lease_expires_at < now()))
@@ -121,39 +126,31 @@ class GateWorker:
         reason = None
         if failed:
             reason = "; ".join(f"{c['name']}: {c['summary']}" for c in failed)[:1000]
-        token = correlation.use(gate["correlation_id"])
-        try:
-            with self.db.transaction() as conn:
-                row = conn.execute(
-                    """UPDATE promotion_gates SET status = %s, checks = %s, reason = %s, finished_at = now(),
-                              lease_owner = NULL, lease_expires_at = NULL
-                        WHERE id = %s AND lease_owner = %s AND status = 'running' RETURNING *""",
-                    ("failed" if failed else "passed", Jsonb(checks), reason, gate["id"], self.owner)).fetchone()
-                if row is None:
-                    log.warning("gate %s: lease lost before its end; outcome left to its new owner", gate["id"])
-                    return None
-                artifact = service.get_artifact(conn, gate["artifact_id"], lock=True)
-                app = {"slug": artifact["app_slug"], "tenant_id": artifact["app_tenant_id"]}
-                payload = {"kind": "staging", "checks": [{k: c.get(k) for k in ("name", "status", "summary")}
-                                                         for c in checks],
-                           "failing_rules": sorted({f["rule"] for c in failed for f in c["findings"] if f["rule"]})}
-                if not failed:
-                    payload["artifact_status"] = artifact["status"]
-                    if artifact["status"] == "draft":
-                        try:
-                            with conn.transaction():
-                                service.transition_artifact(conn, _requester(gate), artifact["id"], "staged",
-                                                            f"staging gate {gate['id']} passed")
-                            payload["artifact_status"] = "staged"
-                        except ApiError as exc:  # refused by a rule of the moment: recorded, not retried
-                            payload["transition_refused"] = {"code": exc.code, "message": exc.message}
-                events.append(conn, app, "gate.failed" if failed else "gate.passed", payload,
-                              artifact_id=artifact["id"], gate_id=gate["id"], correlation_id=gate["correlation_id"])
-                return row
-        finally:
-            correlation._current.reset(token)
+        with correlation.correlated(gate["correlation_id"]), self.db.transaction() as conn:
+            row = conn.execute(
+                """UPDATE promotion_gates SET status = %s, checks = %s, reason = %s, finished_at = now(),
+                          lease_owner = NULL, lease_expires_at = NULL
+                    WHERE id = %s AND lease_owner = %s AND status = 'running' RETURNING *""",
+                ("failed" if failed else "passed", Jsonb(checks), reason, gate["id"], self.owner)).fetchone()
+            if row is None:
+                log.warning("gate %s: lease lost before its end; outcome left to its new owner", gate["id"])
+                return None
+            artifact = service.get_artifact(conn, gate["artifact_id"], lock=True)
+            app = {"slug": artifact["app_slug"], "tenant_id": artifact["app_tenant_id"]}
+            payload = {"kind": "staging", "checks": [{k: c.get(k) for k in ("name", "status", "summary")}
+                                                     for c in checks],
+                       "failing_rules": sorted({f["rule"] for c in failed for f in c["findings"] if f["rule"]})}
+            if not failed:
+                payload["artifact_status"] = artifact["status"]
+                if artifact["status"] == "draft":
+                    try:
+                        with conn.transaction():
+                            service.transition_artifact(conn, smoke.requester(gate), artifact["id"], "staged",
+                                                        f"staging gate {gate['id']} passed")
+                        payload["artifact_status"] = "staged"
+                    except ApiError as exc:  # refused by a rule of the moment: recorded, not retried
+                        payload["transition_refused"] = {"code": exc.code, "message": exc.message}
+            events.append(conn, app, "gate.failed" if failed else "gate.passed", payload,
+                          artifact_id=artifact["id"], gate_id=gate["id"], correlation_id=gate["correlation_id"])
+            return row
 
-
-def _requester(gate: dict) -> Principal:
-    """The publisher who asked for the gate: the actor of the move a pass makes (checked when it asked)."""
-    return Principal(kind=gate["requested_by_kind"], id=gate["requested_by"], name="publisher")

@@ -10,10 +10,8 @@ operation carries the gate's correlation id, so the catalog's events and the ins
 
 from __future__ import annotations
 
-import contextlib
 import logging
 import re
-from collections.abc import Iterator
 from uuid import UUID
 
 import psycopg
@@ -140,15 +138,6 @@ def _update(conn: psycopg.Connection, gate_id: UUID, **columns) -> dict:
                         (*values, gate_id)).fetchone()
 
 
-@contextlib.contextmanager
-def _correlated(cid: str) -> Iterator[None]:
-    token = correlation.use(cid)
-    try:
-        yield
-    finally:
-        correlation._current.reset(token)
-
-
 def requester(gate: dict) -> Principal:
     """The publisher who started the gate, as the actor of what the worker does for it (audit rows, the
     operations' requested_by). Its permissions were checked when it asked."""
@@ -169,7 +158,7 @@ def advance(database: Database, settings) -> int:
             with database.transaction() as conn:
                 gate = get_gate(conn, gate_id, lock=True)
                 if gate is not None and gate["status"] == "running":
-                    with _correlated(gate["correlation_id"]):
+                    with correlation.correlated(gate["correlation_id"]):
                         moved += _step(conn, gate, settings)
         except Exception as exc:  # noqa: BLE001 - one broken gate must not stop the others
             log.exception("smoke gate %s failed to advance", gate_id)
