@@ -174,7 +174,8 @@ class GpuaasSettings(BaseSettings):
     promotion_check_timeout_seconds: int = Field(900, ge=10)
     promotion_sanity_home: Path | None = None
     # The sanity ignore entries ("test" or "test:code") a build may carry; the gate refuses every other one.
-    promotion_sanity_allowed_ignores: tuple[str, ...] = ("validate-modules:missing-gplv3-license", "symlinks")
+    promotion_sanity_allowed_ignores: Annotated[tuple[str, ...], NoDecode] = ("validate-modules:missing-gplv3-license",
+                                                                             "symlinks")
     # The site's own variables, added to every playbook run below the catalog's (where a release is mirrored,
     # a proxy): a mapping (a [site_vars] table in the file), or in the environment a JSON object or the path
     # of a YAML file holding one. Values may be Jinja over the run's other variables ("{{ rke2_version }}"):
@@ -258,7 +259,7 @@ class GpuaasSettings(BaseSettings):
             raise ValueError(f"the timeout of {bad[0]} must be a positive number of seconds")
         return value
 
-    @field_validator("promotion_staging_checks", mode="before")
+    @field_validator("promotion_staging_checks", "promotion_sanity_allowed_ignores", mode="before")
     @classmethod
     def _checks(cls, value: Any) -> Any:
         if isinstance(value, str):
