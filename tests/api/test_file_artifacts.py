@@ -9,12 +9,15 @@ import dataclasses
 import hashlib
 from uuid import UUID
 
+import psycopg
 import pytest
+from gpuaas_api.catalog import service as catalog
 from gpuaas_api.catalog.files import host_path
 from gpuaas_api.config import OperationSettings
 from gpuaas_api.content.store import ContentStore, embedded_store
 from gpuaas_api.executor import plan as planner
 from gpuaas_api.executor.content import ContentRefused, run_file_copies
+from gpuaas_api.iam.auth import Principal
 from gpuaas_api.instances import service as instances
 
 from .test_catalog_publishers import seat
@@ -211,6 +214,15 @@ def test_a_source_no_longer_allowed_refuses_the_run(w, database, tmp_path):
         with pytest.raises(Exception) as refused:
             planner.build(conn, OperationSettings(state_dir=tmp_path, file_artifact_sources=()), op, instance)
     assert getattr(refused.value, "code", None) == "file_source_not_allowed"
+    # A version's move holds its pinned file (FOR SHARE) until it commits: a concurrent deprecation of the file waits
+    # rather than slipping between the version's check and its update.
+    with database.transaction() as conn:
+        catalog.transition_version(conn, Principal(kind="system", id=None, name="tests"), APP, "1.0", "deprecated",
+                                   "tests")
+        with database.transaction() as other:
+            other.execute("SET LOCAL lock_timeout = '200ms'")
+            with pytest.raises(psycopg.errors.LockNotAvailable):
+                other.execute("UPDATE artifacts SET status = 'deprecated' WHERE id = %s", (site["id"],))
     # An AWX job's variables would lack the files variable (only the platform's own runs deliver files): refused.
     awx = w.call("service_account", "GET", f"/v1/instances/{inst['id']}/inventory", 422)
     assert code(awx) == "files_not_external" and awx.json()["error"]["details"]["files"] == ["site"]
