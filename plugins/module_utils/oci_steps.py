@@ -582,12 +582,14 @@ def start(module, podman, systemd, params, check=False):
 
 def record_placed_files(name, paths, record_dir=RECORD_DIR):
     """Adds placed file artifacts to the workload's record (a record of its files alone when it has none yet), so
-    that they leave the host with the workload even when its container never started."""
+    that they leave the host with the workload even when its container never started. A file the record lists keeps
+    its recorded inode (the one the running container mounts): a copy placed again is then seen by the start, which
+    restarts the workload."""
     path_record = record_path(check_name(name), record_dir)
     record = read_json(path_record) or {"name": name}
     files = dict(record.get("files") or {})
     for path in paths:
-        files[path] = os.stat(path).st_ino
+        files.setdefault(path, os.stat(path).st_ino)
     if files != record.get("files"):
         record["files"] = files
         write_file(path_record, record_text(record), 0o644)

@@ -250,3 +250,16 @@ def test_a_download_follows_no_redirect_and_names_the_url():
         server.shutdown()
     assert isinstance(refused.value, FileArtifactError)
     assert str(refused.value).startswith(url + " answered a redirect (HTTP 302 to http://169.254.169.254/")
+
+
+def test_a_file_placed_again_still_restarts_the_workload(tmp_path, host):
+    digest, path = host(b"the site\n")
+    systemd = HostSystemd()
+    files = [{"name": "site", "digest": digest, "mount": "/www/site.txt"}]
+    oci_steps.start(Module(), HostPodman(), systemd, request(files))
+    assert not oci_steps.start(Module(), HostPodman(), systemd, request(files))["restarted"]
+    # An altered copy refused and placed again (a new inode): the record keeps the mounted one until the restart.
+    os.link(path, tmp_path / "mounted")  # the container's bind mount holds the old inode
+    os.unlink(path)
+    digest, path = host(b"the site\n")
+    assert oci_steps.start(Module(), HostPodman(), systemd, request(files))["restarted"]
