@@ -246,8 +246,13 @@ def _ansible_lint(*, tree: Path, timeout: float, **_) -> dict:
 def _ansible_test_sanity(*, tree: Path, sanity_root: Path, timeout: float, refused: list[dict], **_) -> dict:
     # ansible-test lists a collection's files through git when it sits in a repository; give it one (run as
     # every tool is, with nothing of the build's configuring git: _GIT).
+    # A .git the build's code made meanwhile (ansible-lint loads its plugins) goes; no system or global config.
+    if (tree / ".git").is_symlink() or (tree / ".git").is_file():
+        (tree / ".git").unlink()
+    shutil.rmtree(tree / ".git", ignore_errors=True)
+    no_config = {"GIT_CONFIG_NOSYSTEM": "1", "GIT_CONFIG_GLOBAL": "/dev/null", "GIT_ATTR_NOSYSTEM": "1"}
     for step in (["init", "-q"], ["add", "-A"], ["commit", "-q", "--no-verify", "-m", "build"]):
-        rc, out, err = _guarded(_GIT + step, tree, timeout=timeout, home=sanity_root)
+        rc, out, err = _guarded(_GIT + step, tree, timeout=timeout, home=sanity_root, extra_env=no_config)
         if rc != 0:
             return _result("ansible_test_sanity", [{"rule": "git", "path": None, "line": None,
                                                      "message": f"git {step[0]}: exit status {rc}: {err[-400:]}"}],
