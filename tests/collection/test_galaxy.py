@@ -92,7 +92,11 @@ def test_importer_refuses_the_tarball_as_built_only_for_its_missing_repository_u
 def test_importer_passes_with_no_warning(with_repository, tmp_path):
     rc, lines, result = galaxy_importer(with_repository, tmp_path)
     assert rc == 0 and "Importer processing completed successfully" in lines, "\n".join(lines[-60:])
-    assert problems(lines) == [], "\n".join(problems(lines))
+    # The one warning: the build ships tests/sanity's ignore file, which ansible-test sanity on the build (the catalog's
+    # staging gate) reads; it holds only entries of the kinds the gate allows (catalog/staging.py).
+    ignores = len([line for line in (ROOT / "tests/sanity/ignore-2.19.txt").read_text().splitlines() if line.strip()])
+    assert problems(lines) == [f"WARNING: Ignore files skip ansible-test sanity tests, found ignore-2.19.txt with "
+                               f"{ignores} statement(s)"], "\n".join(problems(lines))
     assert "Linting collection via ansible-lint" in " ".join(lines)  # the lint step ran, and said nothing
 
     contents = {(c["content_type"], c["name"]) for c in result["contents"]}
