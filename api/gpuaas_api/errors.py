@@ -75,7 +75,7 @@ ERROR_CODES: dict[str, int] = {
     "member_already_removed": 409, "member_busy": 409, "member_state_conflict": 409, "already_at_version": 409,
     "no_previous_version": 409, "idempotency_key_reused": 409, "operation_finished": 409,
     "operation_in_progress": 409, "no_playbook": 422, "no_status_module": 422, "role_minimum": 409,
-    "no_cleanup_playbook": 409, "site_vars_conflict": 422,
+    "no_cleanup_playbook": 409, "smoke_instance": 409, "site_vars_conflict": 422,
     # runtime access credentials
     "credential_unavailable": 502,
     # jobs, nodes and logins (docs/scheduler.md)
@@ -111,7 +111,8 @@ ErrorCode = Literal[
     "placement.host", "duplicate_node_name", "instance_already_deployed", "instance_decommissioning",
     "action_not_supported", "member_already_removed", "member_busy", "member_state_conflict", "already_at_version",
     "no_previous_version", "idempotency_key_reused", "operation_finished", "operation_in_progress", "no_playbook",
-    "no_status_module", "role_minimum", "no_cleanup_playbook", "site_vars_conflict", "credential_unavailable",
+    "no_status_module", "role_minimum", "no_cleanup_playbook", "smoke_instance", "site_vars_conflict",
+    "credential_unavailable",
     "no_scheduler", "scheduler_unavailable", "scheduler_refused", "identity_not_synced", "account_not_allowed",
     "node_operation_not_supported", "invalid_ssh_key", "no_login", "mode_not_available", "scope_not_supported",
     "shared_runtime_exists", "project_not_in_tenant", "project_not_allowlisted", "already_attached", "not_shared",

@@ -134,6 +134,10 @@ def test_a_smoke_gate_promotes_on_a_pass_and_keeps_a_failure_out(w: World, datab
         seen = w.call("project_admin", "GET", f"/v1/instances/{instance_id}", 200).json()
         assert seen["name"].startswith("smoke-2-0-0-") and seen["smoke_gate_id"] == gate["id"], seen
         assert smoke.advance(database, settings) == 0  # the deploy has not ended
+        # Only the gate operates its smoke instance: a project admin's reconfigure of the draft version is refused.
+        refused = w.call("project_admin", "POST", f"/v1/instances/{instance_id}/reconfigure", 409,
+                         json={"parameters": {}}).json()
+        assert refused["error"]["code"] == "smoke_instance", refused
         moves = ("starting", "running") if outcome == "succeeded" else ("starting", "failed")
         run(database, deploy["id"], instance_id, moves, outcome, "refused image example@sha256:00")
         assert smoke.advance(database, settings) == 1

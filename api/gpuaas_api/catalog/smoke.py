@@ -111,7 +111,7 @@ def start(conn: psycopg.Connection, actor: Principal, app: dict, version: dict, 
         allocation_ids=body.allocation_ids, topology=[r.model_dump() for r in body.topology],
         parameters=body.parameters),
         max_instances=max_instances, smoke_gate_id=gate["id"])
-    deploy = operations.accept(conn, operation_settings, actor, instance["id"], "deploy", {})
+    deploy = operations.accept(conn, operation_settings, actor, instance["id"], "deploy", {}, smoke_gate=True)
     smoke = requested | {"instance_id": str(instance["id"]), "instance_name": instance["name"],
                          "operations": [_outcome(deploy)]}
     gate = _update(conn, gate["id"], smoke=smoke)
@@ -182,8 +182,13 @@ def _step(conn: psycopg.Connection, gate: dict, settings) -> int:
         # The deploy ended: decommission, whatever its outcome (a failed deploy may have left things on hosts).
         try:
             with conn.transaction():
-                op = operations.accept(conn, settings, requester(gate), UUID(smoke["instance_id"]), "decommission", {})
+                op = operations.accept(conn, settings, requester(gate), UUID(smoke["instance_id"]), "decommission", {},
+                                       smoke_gate=True)
         except ApiError as refused:  # e.g. a deploy canceled before it started: nothing ran, nothing to clean up
+            # Nothing ran: the instance (of a draft version) goes, so no one can deploy it later.
+            with conn.transaction():
+                instances.delete_instance(conn, requester(gate), UUID(smoke["instance_id"]))
+            smoke["instance_deleted"] = True
             return _finish(conn, gate, smoke, passed=False,
                            reason=f"deploy {deploy['status']}; decommission refused: {refused.message}")
         smoke["operations"].append(_outcome(op))

@@ -71,11 +71,18 @@ def _replay(existing: dict, request: dict) -> dict:
 
 
 def accept(conn: psycopg.Connection, settings: OperationSettings, actor: Principal, instance_id: UUID, kind: str,
-           request: dict[str, Any], *, member_id: UUID | None = None, idempotency_key: str | None = None) -> dict:
+           request: dict[str, Any], *, member_id: UUID | None = None, idempotency_key: str | None = None,
+           smoke_gate: bool = False) -> dict:
     """Queue one operation, or refuse with a 409 that says why. The instance row lock serializes every
     request for one instance, so checks and the insert see one consistent state; the unique index on
-    the idempotency key is the guarantee that concurrent retries yield one operation."""
+    the idempotency key is the guarantee that concurrent retries yield one operation. A smoke instance (bound to
+    a draft version) runs only what its gate queues (`smoke_gate`, which no route passes), and a decommission:
+    anything else would run a draft version past its gates."""
     instance = instances.get_instance(conn, instance_id, lock=True)
+    if instance["smoke_gate_id"] and not smoke_gate and kind != "decommission":
+        raise conflict("smoke_instance", f"this is the smoke instance of promotion gate {instance['smoke_gate_id']}: "
+                       "only its gate operates it (a decommission is allowed, to clean up)",
+                       gate_id=str(instance["smoke_gate_id"]))
     if idempotency_key:
         existing = _by_key(conn, instance_id, actor, kind, member_id, idempotency_key)
         if existing:
