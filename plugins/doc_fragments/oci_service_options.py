@@ -138,9 +138,10 @@ options:
         type: str
         required: true
       mount:
-        description: Absolute path in the container.
+        description:
+          - Absolute path in the container, mounted read-only.
+          - Without one, the file is placed and recorded with the workload but not mounted.
         type: str
-        required: true
       size:
         description: Ignored (the platform's file entry carries it).
         type: int
