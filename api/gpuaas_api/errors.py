@@ -59,8 +59,8 @@ ERROR_CODES: dict[str, int] = {
     "gate_not_applicable": 409, "retire_grace_period": 409,
     # file artifacts: a source outside the operator's allowlist; a version's files against its adapter's `files:`
     "file_source_not_allowed": 422, "file_artifact_required": 422, "file_not_declared": 422,
-    "file_artifact_kind": 422,
-    # tenant-private registries: an allowlisted host, not the platform's own, its images for the tenant's apps alone
+    "file_artifact_kind": 422, "files_not_external": 422,
+    # tenant-private registries: an allowlisted host, not the platform's own; a run's registry still usable
     "registry_not_allowlisted": 422, "registry_host_reserved": 422,
     "tenant_registry_unavailable": 422,
     # policy and allocations
@@ -103,6 +103,7 @@ ErrorCode = Literal[
     "workload_not_declared", "invalid_parameters", "artifact_not_canary", "app_slug_namespace",
     "gate_required", "canary_instances_short", "gate_not_applicable", "retire_grace_period",
     "file_source_not_allowed", "file_artifact_required", "file_not_declared", "file_artifact_kind",
+    "files_not_external",
     "registry_not_allowlisted", "registry_host_reserved", "tenant_registry_unavailable",
     "overlay_widens_policy", "missing_scope",
     "allocation_in_use", "host_registered_elsewhere", "not_entitled", "policy_denied", "version_not_usable",
