@@ -69,6 +69,15 @@ def setup_app(w: World) -> None:
     w.ids["web_controller"] = controller["id"]
 
 
+
+def web_instance(w) -> dict:
+    """Project A1 entitled to the app, an allocation, and one instance of its active version there."""
+    w.call("platform_admin", "POST", f"/v1/projects/{w.ids['project_a1']}/entitlements", 201, json={"app_slug": APP})
+    w.ids["alloc_web"] = register_allocation(w, "project_a1", "alloc-web")["id"]
+    return w.call("service_account", "POST", f"/v1/projects/{w.ids['project_a1']}/instances", 201, json={
+        "name": "web-1", "app_slug": APP, "allocation_ids": [w.ids["alloc_web"]],
+        "topology": [{"role": "replica", "count": 1}]}).json()
+
 def test_a_file_artifact_is_in_the_content_store_or_under_an_allowed_source(w):
     setup_app(w)
     data = b"<h1>served from a file artifact</h1>\n"
@@ -143,11 +152,7 @@ def test_a_version_pins_the_files_its_adapter_needs_and_a_run_gets_them_by_diges
     w.call("platform_admin", "POST", f"/v1/catalog/apps/{APP}/versions/1.0/transitions", 200,
            json={"to": "active", "reason": "tests", "skip_gates": True})
 
-    w.call("platform_admin", "POST", f"/v1/projects/{w.ids['project_a1']}/entitlements", 201, json={"app_slug": APP})
-    w.ids["alloc_web"] = register_allocation(w, "project_a1", "alloc-web")["id"]
-    inst = w.call("service_account", "POST", f"/v1/projects/{w.ids['project_a1']}/instances", 201, json={
-        "name": "web-1", "app_slug": APP, "allocation_ids": [w.ids["alloc_web"]],
-        "topology": [{"role": "replica", "count": 1}]}).json()
+    inst = web_instance(w)
 
     # The run gets the file by digest: its place on the host computed from the digest, the bytes from the worker's
     # verified copy. A tenant value chooses neither.
@@ -200,11 +205,7 @@ def test_a_source_no_longer_allowed_refuses_the_run(w, database, tmp_path):
         "version": "1.0", "artifact_id": w.ids["web_controller"], "adapter": ADAPTER, "files": {"site": site["id"]}})
     w.call("platform_admin", "POST", f"/v1/catalog/apps/{APP}/versions/1.0/transitions", 200,
            json={"to": "active", "reason": "tests", "skip_gates": True})
-    w.call("platform_admin", "POST", f"/v1/projects/{w.ids['project_a1']}/entitlements", 201, json={"app_slug": APP})
-    w.ids["alloc_web"] = register_allocation(w, "project_a1", "alloc-web")["id"]
-    inst = w.call("service_account", "POST", f"/v1/projects/{w.ids['project_a1']}/instances", 201, json={
-        "name": "web-1", "app_slug": APP, "allocation_ids": [w.ids["alloc_web"]],
-        "topology": [{"role": "replica", "count": 1}]}).json()
+    inst = web_instance(w)
     op = {"kind": "deploy", "params": {}, "member_ids": []}
     with database.transaction() as conn:
         instance = instances.get_instance(conn, UUID(inst["id"]))
