@@ -6,6 +6,7 @@ records the run's outcome (finish). tests/e2e/test_smoke_gate.py runs the same g
 
 from __future__ import annotations
 
+import psycopg
 import pytest
 from gpuaas_api.catalog import smoke
 from gpuaas_api.config import OperationSettings
@@ -153,6 +154,10 @@ def test_a_smoke_gate_promotes_on_a_pass_and_keeps_a_failure_out(w: World, datab
         version = w.call("publisher", "GET", f"/v1/catalog/apps/slurm/versions/{SMOKE_VERSION}", 200).json()
         types = [(e["type"], e["correlation_id"]) for e in events(database, gate["id"])]
         assert [o["status"] for o in done["smoke"]["operations"]] == [outcome, "succeeded"]
+        # Torn down, the smoke instance is deleted (out of the quota); its operations stay readable.
+        assert done["smoke"]["instance_deleted"], done
+        w.call("project_admin", "GET", f"/v1/instances/{instance_id}", 404)
+        assert len(w.call("project_admin", "GET", f"/v1/instances/{instance_id}/operations", 200).json()["items"]) == 2
         if outcome == "failed":
             assert done["status"] == "failed" and "refused image example@sha256:00" in done["reason"], done
             assert version["status"] == "draft"
@@ -179,3 +184,60 @@ def test_a_smoke_gate_promotes_on_a_pass_and_keeps_a_failure_out(w: World, datab
     error = move(w, "publisher", "active", 409)["error"]
     assert error["code"] == "canary_instances_short" and error["details"]["have"] == 0, error
     assert smoke.advance(database, settings) == 0
+
+
+def test_a_smoke_deploy_canceled_before_it_ran_fails_the_gate_and_deletes_its_instance(w: World, database):
+    w.call("platform_admin", "POST", "/v1/role-bindings", 201, json={
+        "principal_kind": "user", "principal_id": w.ids["user_publisher"], "role": "project_admin",
+        "project_id": w.ids["project_a1"]})
+    gate = w.call("publisher", "POST", f"/v1/catalog/apps/slurm/versions/{SMOKE_VERSION}/gates", 202,
+                  json=start_body(w)).json()
+    (deploy,) = gate["smoke"]["operations"]
+    assert w.call("project_admin", "POST", f"/v1/operations/{deploy['id']}/cancel", 202).json()["status"] == "canceled"
+    assert smoke.advance(database, OperationSettings()) == 1
+    with database.transaction() as conn:
+        done = smoke.get_gate(conn, gate["id"])
+    assert done["status"] == "failed" and done["reason"].startswith("deploy canceled; decommission refused"), done
+    assert done["smoke"]["instance_deleted"], done
+    # Deleted, the instance of a draft version cannot be deployed later by anyone.
+    w.call("project_admin", "GET", f"/v1/instances/{gate['smoke']['instance_id']}", 404)
+    assert w.call("publisher", "GET", f"/v1/catalog/apps/slurm/versions/{SMOKE_VERSION}", 200).json()["status"] == \
+        "draft"
+
+
+def test_a_broken_step_fails_the_gate_and_decommissions_its_instance_and_a_lost_database_waits(
+        w: World, database, monkeypatch):
+    w.call("platform_admin", "POST", "/v1/role-bindings", 201, json={
+        "principal_kind": "user", "principal_id": w.ids["user_publisher"], "role": "project_admin",
+        "project_id": w.ids["project_a1"]})
+    settings = OperationSettings()
+    gate = w.call("publisher", "POST", f"/v1/catalog/apps/slurm/versions/{SMOKE_VERSION}/gates", 202,
+                  json=start_body(w)).json()
+    instance_id = gate["smoke"]["instance_id"]
+    (deploy,) = gate["smoke"]["operations"]
+    run(database, deploy["id"], instance_id, ("starting", "running"), "succeeded")
+
+    def lost(*_args):
+        raise psycopg.OperationalError("server closed the connection unexpectedly")
+
+    monkeypatch.setattr(smoke, "_step", lost)
+    with pytest.raises(psycopg.OperationalError):
+        smoke.advance(database, settings)
+    with database.transaction() as conn:
+        assert smoke.get_gate(conn, gate["id"])["status"] == "running"  # the next tick takes it up again
+
+    def broken(*_args):
+        raise KeyError("operations")
+
+    monkeypatch.setattr(smoke, "_step", broken)
+    assert smoke.advance(database, settings) == 1
+    with database.transaction() as conn:
+        done = smoke.get_gate(conn, gate["id"])
+        ops = conn.execute("SELECT kind, status, correlation_id FROM operations WHERE instance_id = %s ORDER BY seq",
+                           (instance_id,)).fetchall()
+    assert done["status"] == "failed" and done["reason"] == (
+        "the smoke gate could not go on: KeyError; its instance's decommission was queued"), done
+    # The deployed draft version is not left running on the project's hosts.
+    assert [(o["kind"], o["status"]) for o in ops] == [("deploy", "succeeded"), ("decommission", "queued")]
+    assert {o["correlation_id"] for o in ops} == {gate["correlation_id"]}
+    assert [o["kind"] for o in done["smoke"]["operations"]] == ["deploy", "decommission"]

@@ -160,15 +160,33 @@ def advance(database: Database, settings) -> int:
                 if gate is not None and gate["status"] == "running":
                     with correlation.correlated(gate["correlation_id"]):
                         moved += _step(conn, gate, settings)
+        except psycopg.OperationalError:
+            raise  # the database is away: the gate is untouched, and the next tick takes it up again
         except Exception as exc:  # noqa: BLE001 - one broken gate must not stop the others
             log.exception("smoke gate %s failed to advance", gate_id)
-            with database.transaction() as conn:
-                gate = get_gate(conn, gate_id, lock=True)
-                if gate is not None and gate["status"] == "running":
-                    _finish(conn, gate, gate["smoke"] or {}, passed=False,
-                            reason=f"the smoke gate could not go on: {type(exc).__name__}")
-                    moved += 1
+            moved += _break(database, gate_id, settings, exc)
     return moved
+
+
+def _break(database: Database, gate_id: UUID, settings, exc: Exception) -> int:
+    """Fail a gate whose step raised. Its smoke instance may be deployed on the project's hosts: its decommission
+    is queued (as the gate would have queued it), so a draft version is not left running there."""
+    with database.transaction() as conn:
+        gate = get_gate(conn, gate_id, lock=True)
+        if gate is None or gate["status"] != "running":
+            return 0
+        smoke = dict(gate["smoke"] or {})
+        reason = f"the smoke gate could not go on: {type(exc).__name__}"
+        if smoke.get("instance_id") and len(smoke.get("operations", [])) == 1:
+            try:
+                with conn.transaction(), correlation.correlated(gate["correlation_id"]):
+                    op = operations.accept(conn, settings, requester(gate), UUID(smoke["instance_id"]),
+                                           "decommission", {}, smoke_gate=True)
+                smoke["operations"] = [*smoke["operations"], _outcome(op)]
+                reason += "; its instance's decommission was queued"
+            except ApiError as refused:
+                reason += f"; its instance's decommission was refused: {refused.message}"
+        return _finish(conn, gate, smoke, passed=False, reason=reason)
 
 
 def _step(conn: psycopg.Connection, gate: dict, settings) -> int:
@@ -195,6 +213,12 @@ def _step(conn: psycopg.Connection, gate: dict, settings) -> int:
         _update(conn, gate["id"], smoke=smoke)
         return 1
     decommission = ran[1]
+    if decommission["status"] == "succeeded":
+        # Torn down: the instance's record goes too (it no longer counts against the project's instance quota).
+        # Its operations and timeline stay readable, and the gate keeps their ids.
+        with conn.transaction():
+            instances.delete_instance(conn, requester(gate), UUID(smoke["instance_id"]))
+        smoke["instance_deleted"] = True
     if deploy["status"] != "succeeded":
         return _finish(conn, gate, smoke, passed=False, reason=f"deploy {deploy['status']}: "
                        + (smoke["operations"][0].get("reason") or "no reason recorded"))
