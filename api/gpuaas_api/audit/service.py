@@ -27,7 +27,8 @@ def instance_context(instance: dict) -> dict[str, Any]:
             "runtime_backend": instance["runtime_backend"]}
 
 
-def _json(value: Any) -> Jsonb | None:
+def jsonb(value: Any) -> Jsonb | None:
+    """A JSON column's value; what json cannot encode (UUIDs, datetimes) is stored as its str."""
     return None if value is None else Jsonb(value, dumps=_dumps)
 
 
@@ -52,7 +53,7 @@ def record(conn: psycopg.Connection, actor: Principal, action: str, target_kind:
            RETURNING id""",
         {"cid": correlation_id or correlation.current(), "ak": actor.kind, "aid": actor.id,
          "action": action, "tk": target_kind, "tid": None if target_id is None else str(target_id),
-         "bg": break_glass, "reason": reason, "before": _json(before), "after": _json(after), **ctx},
+         "bg": break_glass, "reason": reason, "before": jsonb(before), "after": jsonb(after), **ctx},
     ).fetchone()
     return row["id"]
 
@@ -72,7 +73,7 @@ def append_event(conn: psycopg.Connection, instance: dict, event_type: str,
                %(runtime_backend)s)
            RETURNING *""",
         {**instance_context(instance), "member_id": member_id, "type": event_type,
-         "payload": _json(payload or {}), "cid": correlation_id or correlation.current()},
+         "payload": jsonb(payload or {}), "cid": correlation_id or correlation.current()},
     ).fetchone()
 
 

@@ -10,7 +10,7 @@ from uuid import UUID
 import psycopg
 
 from .. import correlation
-from ..audit.service import _json
+from ..audit.service import jsonb
 
 
 def append(conn: psycopg.Connection, app: dict, event_type: str, payload: dict[str, Any] | None = None, *,
@@ -21,7 +21,7 @@ def append(conn: psycopg.Connection, app: dict, event_type: str, payload: dict[s
         """INSERT INTO catalog_events (app_slug, tenant_id, artifact_id, app_version_id, gate_id, type, payload,
                correlation_id)
            VALUES (%s, %s, %s, %s, %s, %s, %s, %s) RETURNING *""",
-        (app["slug"], app["tenant_id"], artifact_id, app_version_id, gate_id, event_type, _json(payload or {}),
+        (app["slug"], app["tenant_id"], artifact_id, app_version_id, gate_id, event_type, jsonb(payload or {}),
          correlation_id or correlation.current()),
     ).fetchone()
 
