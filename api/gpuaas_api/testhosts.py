@@ -36,6 +36,8 @@ Images (built locally; no registry is reachable here):
 from __future__ import annotations
 
 import argparse
+import contextlib
+import fcntl
 import hashlib
 import json
 import os
@@ -271,21 +273,33 @@ BUILDERS = {
 }
 
 
+@contextlib.contextmanager
+def _machine_lock():
+    """Held while an image, the SSH key or the network is made: several processes on this machine (the test
+    command's workers, a developer's second run) may ask for the same one at once, and one makes it."""
+    STATE_DIR.mkdir(parents=True, exist_ok=True)
+    with open(STATE_DIR / "testhosts.lock", "w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        yield
+
+
 def build(flavor: str, rebuild: bool = False) -> str:
     """The image of a flavor (built on first use, then reused); its name is IMAGES[flavor]."""
-    return BUILDERS[flavor](rebuild)
+    with _machine_lock():
+        return BUILDERS[flavor](rebuild)
 
 
 def ensure_ssh_key() -> Path:
-    STATE_DIR.mkdir(parents=True, exist_ok=True)
-    if not SSH_KEY.exists():
-        run(["ssh-keygen", "-q", "-t", "ed25519", "-N", "", "-C", "gpuaas-testhosts", "-f", str(SSH_KEY)])
+    with _machine_lock():
+        if not SSH_KEY.exists():
+            run(["ssh-keygen", "-q", "-t", "ed25519", "-N", "", "-C", "gpuaas-testhosts", "-f", str(SSH_KEY)])
     return SSH_KEY
 
 
 def ensure_network() -> None:
-    if run(["podman", "network", "exists", NETWORK], check=False).returncode != 0:
-        run(["podman", "network", "create", NETWORK], stdout=subprocess.DEVNULL)
+    with _machine_lock():
+        if run(["podman", "network", "exists", NETWORK], check=False).returncode != 0:
+            run(["podman", "network", "create", NETWORK], stdout=subprocess.DEVNULL)
 
 
 def container_name(prefix: str, host: str) -> str:

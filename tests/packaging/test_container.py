@@ -27,7 +27,7 @@ def podman(*args: str, check: bool = True, timeout: float = 120) -> subprocess.C
 
 @pytest.fixture(scope="module")
 def image(wheelhouse):
-    base = testhosts.build_base(rebuild=False)
+    base = testhosts.build("base")
     ref = f"localhost/{PREFIX}:test"
     context = Path(tempfile.mkdtemp(prefix="gpuaas-image-"))
     try:
