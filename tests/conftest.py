@@ -28,8 +28,8 @@ def pytest_configure(config):
 def pytest_collection_modifyitems(config, items):
     """Groups for the test command's `--dist loadgroup`: a module's tests run on one worker, in order (their
     module fixtures are clusters the tests step through), together with every module that shares one of
-    SHARED_WORLDS. The groups that hold slow tests or test hosts are queued first, so that none of them starts last. Every
-    worker sorts the same items the same way, as xdist requires."""
+    SHARED_WORLDS. The groups that hold slow tests or test hosts are queued first, so that none of them starts
+    last. Every worker sorts the same items the same way, as xdist requires."""
     parent: dict[str, str] = {}
 
     def root(node: str) -> str:
