@@ -21,7 +21,7 @@ sanity: setup
 	bash scripts/sanity.sh
 
 test: setup lint
-	$(VENV)/pytest -p no:cacheprovider -ra --durations=30 -n 2 --dist loadgroup tests
+	$(VENV)/pytest -p no:cacheprovider -ra --durations=30 -n 2 --dist loadscope tests
 
 unit: setup
 	$(VENV)/pytest -p no:cacheprovider tests/unit

@@ -1,7 +1,9 @@
 """Fixtures shared across test folders. Only what several folders use lives here."""
 
+import functools
 import json
 import os
+import re
 import tempfile
 import uuid
 from pathlib import Path
@@ -9,9 +11,10 @@ from pathlib import Path
 import pytest
 
 OCI_HOST = "web1"
-# The session fixtures that hold a world of test hosts (or a slow build): every module using one runs on the same
-# worker of the test command (pytest-xdist), so each is made once per run.
+# The session fixtures that hold a world of test hosts (or a slow build): every module that names one runs on the
+# same worker of the test command (pytest-xdist), so each is made once per run.
 SHARED_WORLDS = ("oci_demo", "live_slurm", "wheelhouse")
+ROOT = Path(__file__).resolve().parents[1]
 
 
 def pytest_configure(config):
@@ -19,40 +22,42 @@ def pytest_configure(config):
     and their runs inherit): tests that prove a run left no scratch file behind look in their own."""
     worker = os.environ.get("PYTEST_XDIST_WORKER")
     if worker:
-        own = Path(tempfile.gettempdir()) / f"pytest-worker-{worker}"
+        # Short: runs put SSH control sockets in it, and a socket's path has at most 107 bytes.
+        own = Path(tempfile.gettempdir()) / worker
         own.mkdir(exist_ok=True)
         os.environ["TMPDIR"] = tempfile.tempdir = str(own)
 
 
-@pytest.hookimpl(tryfirst=True)  # before xdist's own, which reads the groups
+@functools.cache
+def scope(module: str) -> str:
+    """The unit of work the test command hands one worker: a module, whose tests then run in order (module
+    fixtures are clusters the tests step through), or the world of SHARED_WORLDS the module names, with every
+    other module that names it."""
+    text = (ROOT / module).read_text() if module.endswith(".py") else ""
+    return next((world for world in SHARED_WORLDS if re.search(rf"\b{world}\b", text)), module)
+
+
+def pytest_xdist_make_scheduler(config, log):
+    """The test command's scheduler: xdist's load-by-scope, with scope() as the scope. (xdist's own
+    `--dist loadgroup` marks no longer reach its scheduler under pytest 9, whose node ids it cannot extend.)"""
+    from xdist.scheduler import LoadScopeScheduling
+
+    class WorldScheduling(LoadScopeScheduling):
+        def _split_scope(self, nodeid: str) -> str:
+            return scope(nodeid.split("::")[0])
+
+    return WorldScheduling(config, log)
+
+
 def pytest_collection_modifyitems(config, items):
-    """Groups for the test command's `--dist loadgroup`: a module's tests run on one worker, in order (their
-    module fixtures are clusters the tests step through), together with every module that shares one of
-    SHARED_WORLDS. The groups that hold slow tests or test hosts are queued first, so that none of them starts
-    last. Every worker sorts the same items the same way, as xdist requires."""
-    parent: dict[str, str] = {}
-
-    def root(node: str) -> str:
-        while parent.setdefault(node, node) != node:
-            node = parent[node]
-        return node
-
+    """Modules with slow tests or test hosts first (the scheduler hands out scopes in collection order), so that
+    none of them starts last; a module's tests keep their order. Every worker sorts alike, as xdist requires."""
+    first_heavy = set()
     for item in items:
-        module = root(item.nodeid.split("::")[0])
-        for world in SHARED_WORLDS:
-            if world in item.fixturenames:
-                parent[module] = module = root(world)
-    group = {item: root(item.nodeid.split("::")[0]) for item in items}
-    first: dict[str, int] = {}
-    slow: set[str] = set()
-    for index, item in enumerate(items):
-        first.setdefault(group[item], index)
         if "slow" in item.keywords or "hosts" in item.keywords:
-            slow.add(group[item])
+            first_heavy.add(scope(item.nodeid.split("::")[0]))
     order = {item: index for index, item in enumerate(items)}
-    items.sort(key=lambda item: (group[item] not in slow, first[group[item]], order[item]))
-    for item in items:
-        item.add_marker(pytest.mark.xdist_group(group[item]))
+    items.sort(key=lambda item: (scope(item.nodeid.split("::")[0]) not in first_heavy, order[item]))
 
 
 @pytest.fixture(scope="session")
