@@ -20,9 +20,10 @@ lint: setup
 sanity: setup
 	bash scripts/sanity.sh
 
+# Two xdist workers (tests/conftest.py schedules them); schemathesis's generated cases do not run under xdist
+# workers, so that file runs alone afterwards, in one process.
 test: setup lint
 	$(VENV)/pytest -p no:cacheprovider -ra --durations=30 -n 2 --dist loadscope --ignore=tests/api/test_schemathesis.py tests
-	# schemathesis's generated cases do not run under xdist workers: that file runs alone, in one process
 	$(VENV)/pytest -p no:cacheprovider -ra tests/api/test_schemathesis.py
 
 unit: setup
